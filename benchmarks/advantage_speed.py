@@ -138,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--reference-rows", type=int, default=0, help="time the straightforward one on a prefix"
     )
+    parser.add_argument(
+        "--shuffle-rows", action="store_true", help="compare on the rows in random order (groups interleaved)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
@@ -166,10 +169,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:>18}: {wall:7.3f}s  {cpu:7.3f}s")
 
     m = min(args.reference_rows or n, n)
-    cols = (returns[:m], b["group_id"][:m], b["fingerprints"][:m])
+    rows = np.random.default_rng(args.seed).permutation(m) if args.shuffle_rows else slice(m)
+    cols = (returns[rows], b["group_id"][rows], b["fingerprints"][rows])
     fast_wall, fast_cpu, fast = timed(lambda: hgpo_advantages(*cols, args.mode), args.repeats)
     slow_wall, slow_cpu, slow = timed(lambda: straightforward_hgpo(*cols, args.mode), 1)
     scope = "all rows" if m == n else f"a PREFIX of {m} rows only"
+    scope += ", shuffled" if args.shuffle_rows else ""
     print(f"straightforward hgpo on {scope}: {slow_wall:.3f}s wall, {slow_cpu:.3f}s cpu")
     print(f"vectorised hgpo on the same rows: {fast_wall:.3f}s wall, {fast_cpu:.3f}s cpu")
     print(f"speed-up: {slow_wall / fast_wall:.1f}x wall, {slow_cpu / fast_cpu:.1f}x cpu")

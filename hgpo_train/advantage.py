@@ -4,10 +4,11 @@ One row is one step sample. Inputs are numpy arrays (torch tensors and lists are
 outputs are float64 numpy arrays in row order. Ids (group, rollout) may be ints or strings.
 
 Everything is vectorised: ids are factorised into dense integer codes once, the rows are sorted
-by (group, fingerprint) once per level so that every cluster is a contiguous run, and
-per-group / per-cluster statistics are ``np.bincount`` reductions. The only
-Python loops run over the K+1 context levels and, for discounted returns, over step positions
-(at most the episode step limit), never over rows or clusters.
+by (group, fingerprint) once per level so that every cluster is a contiguous run, rows alone in
+their cluster are skipped (their item is 0), and per-group / per-cluster statistics are
+``np.bincount`` reductions. The only Python loops run over the K+1 context levels and, for
+discounted returns, over step positions (at most the episode step limit), never over rows or
+clusters.
 
 Row order: the rows of one rollout must appear in chronological order, but rollouts need not
 be contiguous; rows are grouped with a stable sort, so interleaved rollouts give the same
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -190,66 +192,95 @@ def episode_scores(
 class _PairSorter:
     """Sorts the rows of one batch by (group, key) pairs, for one key column after another.
 
-    ``sort(keys)`` returns a row order that makes equal pairs contiguous runs, each run in row
-    order, with the keys in that order and the run number of every sorted row. It is one value
-    sort of ``key * _SPREAD + (group << b)`` with the row index packed into the low b bits (4x
-    faster than an argsort). Above those bits the sort key is ``top(key * _SPREAD) + group``,
-    which differs for equal keys of different groups, so sorted rows with equal high parts and
-    equal keys are one pair. If two keys share a high part, or the group codes do not fit, an
-    exact two-key sort is used instead.
+    It works on the rows in group order (``perm``; none when the group codes are already
+    sorted, as in a batch built group by group). There ``sort(keys)`` returns an order that
+    makes equal pairs contiguous runs, each run in row order. It is one value sort of a packed
+    64-bit word, ``group | top bits of key * _SPREAD | the row's offset in its group``, 4x
+    faster than an argsort; the order never leaves a group, so gathering through it stays in
+    cache. If two
+    different keys of a group share their top bits, or the codes leave too few bits for the
+    key, an exact two-key sort is used instead.
     """
 
+    MIN_KEY_BITS = 24
+
     def __init__(self, groups: np.ndarray) -> None:
+        """``groups``: dense non-negative int64 codes, one per row."""
         n = len(groups)
-        self.groups = groups
-        self.bits = np.uint64(max(n - 1, 1).bit_length())
-        self.index_mask = (np.uint64(1) << self.bits) - np.uint64(1)
-        fits = n > 0 and 0 <= groups.min() and int(groups.max()) >> (64 - int(self.bits)) == 0
-        # group and row index, the parts of the sort key that do not depend on the keys
-        self.base = (groups.astype(np.uint64) << self.bits) | np.arange(n, dtype=np.uint64) if fits else None
+        self.perm = None
+        if n and (groups[1:] < groups[:-1]).any():  # radix sort for codes of <= 16 bits
+            self.perm = np.argsort(groups.astype(np.min_scalar_type(groups.max())), kind="stable")
+        self.groups = groups if self.perm is None else groups[self.perm]
+        sizes = np.bincount(self.groups)
+        group_bits = (len(sizes) - 1).bit_length()
+        offset_bits = int(sizes.max(initial=1) - 1).bit_length()
+        key_bits = 64 - group_bits - offset_bits
+        self.base = None
+        if n and key_bits >= self.MIN_KEY_BITS:
+            self.group_bits, self.offset_bits = np.uint64(group_bits), np.uint64(offset_bits)
+            self.offset_mask = (np.uint64(1) << self.offset_bits) - np.uint64(1)
+            self.group_start = (np.cumsum(sizes) - sizes)[self.groups]
+            offset = (np.arange(n) - self.group_start).astype(np.uint64)
+            top = self.groups.astype(np.uint64) << np.uint64(key_bits + offset_bits) if group_bits else 0
+            self.base = offset | top  # the parts of the word that do not depend on the keys
+
+    def clusters(
+        self, keys: np.ndarray, singletons: bool = True, zero_is_missing: bool = True
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The rows in clusters of equal (group, key), cluster by cluster, each in row order, and
+        their dense cluster codes. ``keys`` and the row indices are in row order. Rows with key 0
+        (unless ``zero_is_missing`` is False) and, if ``singletons`` is False, rows alone in
+        their cluster are left out."""
+        order, sorted_keys, same = self.sort(keys if self.perm is None else keys[self.perm])
+        keep = sorted_keys != 0 if zero_is_missing else np.ones(len(keys), dtype=bool)
+        if not singletons:
+            shared = np.zeros(len(keys), dtype=bool)
+            shared[1:] = same  # continues the previous row's cluster
+            shared[:-1] |= same  # or is continued by the next row
+            keep &= shared
+        starts = np.empty(len(keys), dtype=bool)  # whether a sorted row starts a new cluster
+        starts[:1] = True
+        np.logical_not(same, out=starts[1:])
+        rows = order[keep]
+        return rows if self.perm is None else self.perm[rows], np.cumsum(starts[keep]) - 1
 
     def sort(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For ``keys`` in group order: (order, keys[order], whether each sorted row after the
+        first continues the previous row's pair)."""
         if self.base is not None:
             packed = keys * _SPREAD
-            packed &= ~self.index_mask
-            packed += self.base
+            packed >>= self.group_bits
+            packed &= ~self.offset_mask
+            packed |= self.base
             packed.sort()
-            order = (packed & self.index_mask).view(np.intp)
+            order = (packed & self.offset_mask).view(np.intp)
+            order += self.group_start  # sorting keeps every group in its own block of rows
             sorted_keys = keys[order]
-            packed >>= self.bits
+            packed >>= self.offset_bits
             same = packed[1:] == packed[:-1]
             if not (same & (sorted_keys[1:] != sorted_keys[:-1])).any():
-                return order, sorted_keys, _run_numbers(same, len(keys))
+                return order, sorted_keys, same
         order = np.lexsort((keys, self.groups))
         sorted_keys, sorted_groups = keys[order], self.groups[order]
         same = (sorted_keys[1:] == sorted_keys[:-1]) & (sorted_groups[1:] == sorted_groups[:-1])
-        return order, sorted_keys, _run_numbers(same, len(keys))
-
-
-def _run_numbers(same_as_previous: np.ndarray, n: int) -> np.ndarray:
-    """0, 0, 1, ...: the run of each of n sorted rows, given whether rows 1.. continue the previous run."""
-    runs = np.zeros(n, dtype=np.int64)
-    np.cumsum(~same_as_previous, out=runs[1:])
-    return runs
+        return order, sorted_keys, same
 
 
 def pair_codes(groups: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """Dense int64 codes of the (int64 code, uint64 key) pairs: equal pairs, equal codes."""
-    order, _, runs = _PairSorter(groups).sort(keys)
-    codes = np.empty(len(keys), np.int64)
-    codes[order] = runs
-    return codes
+    """Dense int64 codes of the (integer group, uint64 key) pairs: equal pairs, equal codes."""
+    rows, codes = _PairSorter(_codes(groups, "groups", len(keys))).clusters(keys, zero_is_missing=False)
+    out = np.empty(len(keys), np.int64)
+    out[rows] = codes
+    return out
 
 
 def _clusters(groups: np.ndarray, fp: np.ndarray) -> np.ndarray:
     """Level-major (K+1, n) cluster codes, -1 where the level is missing."""
+    sorter = _PairSorter(groups)
     out = np.full(fp.shape[::-1], -1, dtype=np.int64)
-    for k, col in enumerate(np.ascontiguousarray(fp.T)):
-        present = col != 0
-        if present.all():
-            out[k] = pair_codes(groups, col)
-        else:
-            out[k, present] = pair_codes(groups[present], col[present])
+    for k, keys in enumerate(np.ascontiguousarray(fp.T)):
+        rows, codes = sorter.clusters(keys)
+        out[k, rows] = codes
     return out
 
 
@@ -263,8 +294,8 @@ def level_clusters(group_ids: Any, fingerprints: Any) -> np.ndarray:
     return _clusters(_codes(group_ids, "group_ids", len(fp)), fp).T
 
 
-def _normalise(x: np.ndarray, codes: np.ndarray, mode: str, ddof: int) -> tuple[np.ndarray, np.ndarray]:
-    """Normalise ``x`` within the clusters given by dense ``codes``; returns (a, size of row's cluster).
+def _normalise(x: np.ndarray, codes: np.ndarray, mode: str, ddof: int) -> np.ndarray:
+    """``x`` normalised within the clusters given by dense ``codes``.
 
     A singleton gives exactly 0 (its mean is itself); callers that want otherwise override it.
     """
@@ -272,40 +303,32 @@ def _normalise(x: np.ndarray, codes: np.ndarray, mode: str, ddof: int) -> tuple[
     dev = x - (np.bincount(codes, weights=x) / count)[codes]
     if mode == "mean_std_norm":
         var = np.bincount(codes, weights=dev * dev) / np.maximum(count - ddof, 1)
-        dev /= np.sqrt(var)[codes] + EPS
-    return dev, count[codes]
+        dev /= (np.sqrt(var) + EPS)[codes]
+    return dev
 
 
 def _normalise_clusters(
     x: np.ndarray, sorter: _PairSorter, keys: np.ndarray, mode: str, ddof: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``x`` normalised within its (group, key) cluster, 0 where the key is 0 (missing), and
-    whether the row's cluster has >= 2 rows; both in row order.
+    """``x`` normalised within its (group, key) cluster, as (rows, values) for the rows in
+    clusters of >= 2 rows with a non-zero key; every other row's value is exactly 0.
 
-    The statistics run over the rows sorted by cluster, so every reduction reads memory in
-    sequence; each cluster keeps its rows in row order, so sums match a row-order loop bit for bit.
+    Skipping the singletons skips most rows at high levels. The statistics run over the rows
+    sorted by cluster, so every reduction reads memory in sequence; each cluster keeps its rows
+    in row order, so sums match a row-order loop bit for bit.
     """
-    order, sorted_keys, runs = sorter.sort(keys)
-    a, size = _normalise(x[order], runs, mode, ddof)
-    present = sorted_keys != 0
-    out = np.empty(len(x))
-    grouped = np.empty(len(x), dtype=bool)
-    out[order] = a * present
-    grouped[order] = present & (size > 1)
-    return out, grouped
+    rows, codes = sorter.clusters(keys, singletons=False)
+    return rows, _normalise(x[rows], codes, mode, ddof)
 
 
 def _level_items(
-    x: np.ndarray, groups: np.ndarray, level_keys: np.ndarray, mode: str
-) -> tuple[np.ndarray, np.ndarray]:
-    """Level-major (K+1, n) HGPO items and their kept mask from level-major keys (0 = missing)."""
-    items = np.empty(level_keys.shape)
-    kept = np.empty(level_keys.shape, dtype=bool)
+    x: np.ndarray, groups: np.ndarray, fp: np.ndarray, mode: str
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """HGPO items level by level, k = 0..K, as (rows, values): the rows in level-k clusters of
+    >= 2 rows and their returns normalised there (population std). Other items are 0."""
     sorter = _PairSorter(groups)
-    for k, keys in enumerate(level_keys):
-        items[k], grouped = _normalise_clusters(x, sorter, keys, mode, ddof=0)
-        kept[k] = grouped & (np.abs(items[k]) > ZERO_TOL)
-    return items, kept
+    for keys in fp.T:
+        yield _normalise_clusters(x, sorter, np.ascontiguousarray(keys), mode, ddof=0)
 
 
 def hgpo_level_items(
@@ -321,18 +344,25 @@ def hgpo_level_items(
     clusters = np.asarray(clusters)
     if clusters.ndim != 2:
         raise ValueError(f"clusters must have shape (n, K+1), got {clusters.shape}")
-    keys = (clusters.T + 1).astype(np.uint64)  # cluster codes as keys, missing (-1) as 0
+    keys = (clusters + 1).astype(np.uint64)  # cluster codes as keys, missing (-1) as 0
     x = _values(returns, "returns", len(clusters))
-    items, kept = _level_items(x, np.zeros(len(x), np.int64), keys, mode)
-    return items.T, kept.T
+    items = np.zeros(clusters.shape)
+    for k, (rows, values) in enumerate(_level_items(x, np.zeros(len(x), np.int64), keys, mode)):
+        items[rows, k] = values
+    return items, np.abs(items) > ZERO_TOL
 
 
 # ------------------------------------------------------------------------------ estimators
 
 
+def _row_sums(rows: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Sum of ``values`` per row index, float64 for all n rows (bincount of nothing is int64)."""
+    return np.bincount(rows, weights=values, minlength=n).astype(np.float64, copy=False)
+
+
 def _grpo(scores: np.ndarray, groups: np.ndarray, mode: str) -> np.ndarray:
-    a, size = _normalise(scores, groups, mode, ddof=1)
-    single = size == 1  # released code: mean 0, std 1
+    a = _normalise(scores, groups, mode, ddof=1)
+    single = (np.bincount(groups) == 1)[groups]  # released code: mean 0, std 1
     a[single] = scores[single] / (1.0 + EPS) if mode == "mean_std_norm" else scores[single]
     return a
 
@@ -368,7 +398,9 @@ def gigpo_advantages(
     x = _values(scores, "scores", n)
     groups = _codes(group_ids, "group_ids", n)
     level0 = as_fingerprints(fingerprints, n)[:, 0]
-    step = _normalise_clusters(ret, _PairSorter(groups), level0, mode, ddof=1)[0]
+    rows, values = _normalise_clusters(ret, _PairSorter(groups), level0, mode, ddof=1)
+    step = np.zeros(n)
+    step[rows] = values
     return _grpo(x, groups, mode) + w * step
 
 
@@ -399,15 +431,20 @@ def hgpo_advantages(
     if base_group and scores is None:
         raise ValueError("base_group=True needs the episode scores")
 
-    items, kept = _level_items(ret, groups, np.ascontiguousarray(fp.T), mode)
-    weights = np.where(kept, ((np.arange(fp.shape[1]) + offset) ** a)[:, None], 0.0)
-    num = (weights * items).sum(axis=0)
-    den = weights.sum(axis=0)
+    items = list(_level_items(ret, groups, fp, mode))
+    lengths = [k + offset for k in range(len(items))]
     if base_group:
-        base = _grpo(_values(scores, "scores", len(ret)), groups, mode)
-        base_kept = np.abs(base) > ZERO_TOL
-        num += np.where(base_kept, base, 0.0)  # L = 1, so L**alpha = 1
-        den += base_kept
+        items.append((np.arange(len(ret)), _grpo(_values(scores, "scores", len(ret)), groups, mode)))
+        lengths.append(1)
+    kept_rows, weighted, weights = [], [], []  # every kept item
+    for (rows, values), length in zip(items, lengths):
+        kept = np.abs(values) > ZERO_TOL
+        kept_rows.append(rows[kept])
+        weighted.append(length**a * values[kept])
+        weights.append(np.full(kept.sum(), length**a))
+    rows = np.concatenate(kept_rows)
+    num = _row_sums(rows, np.concatenate(weighted), len(ret))
+    den = _row_sums(rows, np.concatenate(weights), len(ret))
     return num / (den + EPS)
 
 

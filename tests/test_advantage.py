@@ -223,13 +223,17 @@ def check_against_reference(
     scores = episode_scores(rewards, trajs, invalid, penalty)
     assert_close(returns, ref_returns(rewards, trajs, gamma, invalid, penalty))
     assert_close(scores, ref_scores(rewards, trajs, invalid, penalty))
-    r, s = returns.tolist(), scores.tolist()
-    assert_close(grpo_advantages(s, groups, mode), ref_grpo(s, groups, mode))
-    assert_close(gigpo_advantages(r, s, groups, fps, mode, 0.7), ref_gigpo(r, s, groups, fps, mode, 0.7))
-    assert_close(
-        hgpo_advantages(r, groups, fps, mode, alpha, base, s if base else None, offset),
-        ref_hgpo(r, groups, fps, mode, alpha, base, s, offset),
-    )
+    # as given (groups contiguous) and with the rows shuffled (groups interleaved)
+    shuffled = np.random.default_rng(len(groups)).permutation(len(groups))
+    for rows in (range(len(groups)), shuffled):
+        r, s = returns[rows].tolist(), scores[rows].tolist()
+        g, f = [groups[i] for i in rows], [fps[i] for i in rows]
+        assert_close(grpo_advantages(s, g, mode), ref_grpo(s, g, mode))
+        assert_close(gigpo_advantages(r, s, g, f, mode, 0.7), ref_gigpo(r, s, g, f, mode, 0.7))
+        assert_close(
+            hgpo_advantages(r, g, f, mode, alpha, base, s if base else None, offset),
+            ref_hgpo(r, g, f, mode, alpha, base, s, offset),
+        )
 
 
 def test_reference_agreement_seeded():
@@ -412,12 +416,21 @@ def test_equal_keys_in_different_groups_are_different_clusters():
     assert (level_clusters([0, 0, 1], fps)[:, 0] == [0, 0, 1]).all()
 
 
-def test_exact_when_the_packed_sort_keys_collide(monkeypatch):
-    """With _SPREAD = 0 all keys of a group share the hashed part of the packed sort key, so every
-    batch with two keys in a group must fall back to the exact sort and still match the spec."""
-    from hgpo_train import advantage
-
-    monkeypatch.setattr(advantage, "_SPREAD", np.uint64(0))
+@pytest.mark.parametrize(
+    "attribute, value",
+    [
+        # all keys of a group share the hashed part of the packed word: every batch with two keys
+        # in a group must notice and fall back to the exact sort
+        ("_SPREAD", np.uint64(0)),
+        # no bits left for the key: the packed sort is never tried
+        ("_PairSorter.MIN_KEY_BITS", 65),
+    ],
+)
+def test_exact_without_the_packed_sort(monkeypatch, attribute, value):
+    monkeypatch.setattr(f"hgpo_train.advantage.{attribute}", value)
+    exact_sorts = []
+    lexsort = np.lexsort
+    monkeypatch.setattr(np, "lexsort", lambda keys: exact_sorts.append(1) or lexsort(keys))
     rng = np.random.default_rng(11)
     for i in range(300):
         check_against_reference(
@@ -429,6 +442,22 @@ def test_exact_when_the_packed_sort_keys_collide(monkeypatch):
             base=i % 5 == 0,
             offset=2,
         )
+    assert len(exact_sorts) > 300
+
+
+@settings(max_examples=200, deadline=None)
+@given(b=walk_batches, seed=st.integers(0, 2**32 - 1))
+def test_level_clusters_match_the_reference_grouping(b, seed):
+    rows = np.random.default_rng(seed).permutation(len(b["groups"]))  # groups interleaved
+    groups, fps = [b["groups"][i] for i in rows], [b["fps"][i] for i in rows]
+    clusters = level_clusters(groups, fps)
+    for level in range(len(fps[0])):
+        expected = ref_clusters(groups, fps, level)
+        codes = clusters[:, level]
+        assert sorted(sorted(c) for c in expected) == sorted(
+            np.flatnonzero(codes == c).tolist() for c in np.unique(codes[codes >= 0])
+        )
+        assert (codes[codes >= 0].max(initial=-1) + 1) == len(expected)  # dense codes
 
 
 def test_pair_codes_with_group_codes_outside_the_packed_range():
