@@ -1,11 +1,13 @@
-"""Run the CPU demo once per estimator (same seeds) and plot the learning curves in one figure.
+"""Run the CPU demo once per estimator and seed, and plot the learning curves in one figure.
 
     python scripts/demo_curves.py [--config configs/rooms_demo.yaml] [--estimators hgpo gigpo grpo]
-                                  [--out docs/rooms_demo_curves.png] [key=value ...]
+                                  [--seeds 0 1 2] [--out docs/rooms_demo_curves.png] [key=value ...]
 
-Each estimator trains in ``<train.output_dir>_<estimator>``; a finished run is resumed (so not
-redone), a killed one continues. The figure shows the training success rate per iteration and
-the success rate on the fixed evaluation tasks; a JSON summary is written next to it.
+Every estimator runs with the same seeds (``train.seed``: model initialisation, tasks, sampling)
+in ``<train.output_dir>_<estimator>_seed<seed>``; a finished run is resumed (so not redone), a
+killed one continues. The figure shows, per estimator, the mean over seeds and the min-max band
+of the training success rate per iteration and of the success rate on the fixed evaluation
+tasks; a JSON summary is written next to it.
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ import argparse
 import json
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout
@@ -40,28 +45,57 @@ def train(config: str, estimator: str, output_dir: str, overrides: list[str]) ->
     return Path(output_dir) / "metrics.jsonl"
 
 
-def plot(curves: dict[str, list[dict]], out: Path, title: str) -> None:
+def _band(runs: list[list[dict]], key: str) -> tuple[list[int], np.ndarray]:
+    """Iterations where every run logged ``key``, and the (runs, iterations) values there."""
+    per_run = [{r["iteration"]: r[key] for r in records if key in r} for records in runs]
+    iterations = sorted(set.intersection(*(set(p) for p in per_run)))
+    return iterations, np.array([[p[i] for i in iterations] for p in per_run])
+
+
+def plot(curves: dict[str, list[list[dict]]], out: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    for estimator, records in curves.items():
-        train = [(r["iteration"], r["rollout/success_rate"]) for r in records if "rollout/success_rate" in r]
-        evals = [(r["iteration"], r["eval/success_rate"]) for r in records if "eval/success_rate" in r]
-        left.plot(*zip(*train), label=estimator, alpha=0.85)
-        right.plot(*zip(*evals), marker="o", label=estimator)
+    for estimator, runs in curves.items():
+        for ax, key, marker in ((left, "rollout/success_rate", None), (right, "eval/success_rate", "o")):
+            iterations, values = _band(runs, key)
+            line = ax.plot(iterations, values.mean(axis=0), marker=marker, label=f"{estimator} (mean)")[0]
+            ax.fill_between(
+                iterations, values.min(axis=0), values.max(axis=0), color=line.get_color(), alpha=0.2
+            )
     left.set(title="training episodes", xlabel="iteration", ylabel="success rate")
     right.set(title="fixed eval tasks (held out)", xlabel="iteration", ylabel="success rate")
     for ax in (left, right):
         ax.set_ylim(0, 1)
         ax.grid(alpha=0.3)
         ax.legend()
-    fig.suptitle(title, fontsize=9)
+    fig.suptitle("\n".join(textwrap.wrap(title, 140)), fontsize=9)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=120)
+
+
+def summarise(runs: dict[int, list[dict]]) -> dict:
+    """Eval success per seed and iteration, and the final one's mean and spread over seeds."""
+    evals = {
+        seed: {r["iteration"]: r["eval/success_rate"] for r in records if "eval/success_rate" in r}
+        for seed, records in runs.items()
+    }
+    final = np.array([e[max(e)] for e in evals.values()])
+    return {
+        "eval_success_after": {
+            "mean": float(final.mean()),
+            "min": float(final.min()),
+            "max": float(final.max()),
+        },
+        "eval": evals,
+        "seconds": {
+            seed: sum(r.get("time/iteration_s", 0.0) for r in records) for seed, records in runs.items()
+        },
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,27 +104,27 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--config", default="configs/rooms_demo.yaml")
     parser.add_argument("--estimators", nargs="+", default=["hgpo", "gigpo", "grpo"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "rooms_demo_curves.png")
     parser.add_argument("overrides", nargs="*", help="section.field=value, applied to every run")
     args = parser.parse_args(argv)
 
     base = load_config(ROOT / args.config, args.overrides)
-    curves, summary = {}, {}
-    for estimator in args.estimators:
-        metrics = train(args.config, estimator, f"{base.train.output_dir}_{estimator}", args.overrides)
-        records = read_metrics(metrics)
-        curves[estimator] = records
-        evals = [r for r in records if "eval/success_rate" in r]
-        summary[estimator] = {
-            "eval_success_before": evals[0]["eval/success_rate"],
-            "eval_success_after": evals[-1]["eval/success_rate"],
-            "eval": {r["iteration"]: r["eval/success_rate"] for r in evals},
-            "seconds": sum(r.get("time/iteration_s", 0.0) for r in records),
-        }
-    command = (
-        "python scripts/demo_curves.py --config " + args.config + "".join(f" {o}" for o in args.overrides)
+    runs: dict[str, dict[int, list[dict]]] = {e: {} for e in args.estimators}
+    for seed in args.seeds:  # seed by seed: a run cut short still leaves every estimator comparable
+        for estimator in args.estimators:
+            output_dir = f"{base.train.output_dir}_{estimator}_seed{seed}"
+            metrics = train(args.config, estimator, output_dir, [*args.overrides, f"train.seed={seed}"])
+            runs[estimator][seed] = read_metrics(metrics)
+    command = "python scripts/demo_curves.py --config " + args.config
+    command += " --seeds " + " ".join(map(str, args.seeds)) + "".join(f" {o}" for o in args.overrides)
+    seeds = ", ".join(map(str, args.seeds))
+    plot(
+        {e: list(r.values()) for e, r in runs.items()},
+        args.out,
+        f"Rooms CPU demo, tiny model from scratch, seeds {seeds}: {command}",
     )
-    plot(curves, args.out, f"Rooms CPU demo, tiny model from scratch, seed {base.train.seed}: {command}")
+    summary = {estimator: summarise(r) for estimator, r in runs.items()}
     args.out.with_suffix(".json").write_text(json.dumps({"command": command, "runs": summary}, indent=2))
     print(json.dumps(summary, indent=2))
     print(f"plot: {args.out}")
