@@ -60,7 +60,7 @@ def make_micro_batch(
         if allowed is not None and batch.choices[i] is not None:
             allowed[k, : len(response)] = False
             for t, tokens in enumerate(allowed_tokens(batch.choices[i], response.tolist(), end_id)):
-                allowed[k, t, tokens] = True
+                tokens.mark(allowed[k, t])  # slot positions: a whole vocabulary mask at once
     position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
     return MicroBatch(
         rows,

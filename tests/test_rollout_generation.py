@@ -1,4 +1,5 @@
-"""Generation backends and rollouts: the choice trie, constrained decoding, the vLLM glue, StepBatch.
+"""Generation backends and rollouts: the choice trie and its free-text slots, constrained decoding,
+the vLLM glue, StepBatch.
 
 vLLM cannot be installed on the CPU test machines, so its glue is tested against a stub ``vllm``
 module placed in ``sys.modules`` that records what the generator asks of it.
@@ -6,6 +7,8 @@ module placed in ``sys.modules`` that records what the generator asks of it.
 
 from __future__ import annotations
 
+import copy
+import re
 import sys
 import types
 from typing import ClassVar
@@ -14,13 +17,29 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from test_train_loss import step_batch
 
 import hgpo_env
+from hgpo_env.envs.webshop import SEARCH_PLACEHOLDER
 from hgpo_train.config import EnvConfig, GenerationConfig, ModelConfig, TinyModelConfig
-from hgpo_train.generation import ChoiceTrie, HFGenerator, VLLMGenerator, allowed_tokens, merged_state_dict
+from hgpo_train.generation import (
+    AllowedSet,
+    ChoiceLogitsProcessor,
+    ChoiceTrie,
+    HFGenerator,
+    SlotChoice,
+    VLLMGenerator,
+    allowed_tokens,
+    choices_regex,
+    classify_slot_tokens,
+    merged_state_dict,
+    slot_vocabulary,
+    split_slot,
+)
 from hgpo_train.modeling import load_policy, load_tokenizer
 from hgpo_train.rollout import collect_rollouts, make_pool
 from hgpo_train.tiny_model import build_tiny_model
+from hgpo_train.update import make_micro_batch
 
 ROOMS = {"min_rooms": 2, "max_rooms": 4, "max_distractors": 2, "lock_probability": 0.5}
 
@@ -71,16 +90,79 @@ def test_tiny_model_loads_back_through_from_pretrained(tiny):
 
 
 def test_trie_allows_exactly_the_choices_and_then_the_end():
-    trie = ChoiceTrie(((1, 2), (1, 2, 3), (4,)), end_id=9)
-    assert sorted(trie.allowed([])) == [1, 4]
-    assert sorted(trie.allowed([1, 2])) == [3, 9]  # a choice that is a prefix of another may end
-    assert trie.allowed([1, 2, 3]) == [9]
-    assert trie.allowed([4, 9]) == [9]  # finished rows keep a valid distribution
-    assert allowed_tokens(((1, 2), (4,)), [1, 2, 9], 9) == [[1, 4], [2], [9]]
-    with pytest.raises(ValueError, match="not one of the allowed choices"):
+    steps = allowed_tokens(((1, 2), (1, 2, 3), (4,)), [1, 2, 3, 9, 9], 9)
+    # a choice that is a prefix of another may end; finished rows keep a valid distribution
+    assert [step.ids for step in steps] == [(1, 4), (2,), (3, 9), (9,), (9,)]
+    assert all(not step.masks for step in steps)
+    assert ChoiceTrie(((1, 2), (1, 2, 3), (4,)), 9).max_length == 4
+    with pytest.raises(ValueError, match="not one of the allowed choices: token 3 at position 1"):
         allowed_tokens(((1, 2), (4,)), [1, 3, 9], 9)
     with pytest.raises(ValueError, match="at least one"):
         ChoiceTrie((), end_id=9)
+
+
+SLOT_TEXTS = ["<end>", "a", "b c", "]", "d]", "]e", "\n", "", "f\ng]", "]]", "h", "["]
+"""A handcrafted vocabulary: token i decodes to SLOT_TEXTS[i]; token 0 is special."""
+
+
+def _mask(ids: list[int], width: int = len(SLOT_TEXTS)) -> torch.Tensor:
+    mask = torch.zeros(width, dtype=torch.bool)
+    mask[ids] = True
+    return mask
+
+
+def _marked(allowed: AllowedSet, width: int = len(SLOT_TEXTS)) -> torch.Tensor:
+    row = torch.zeros(width, dtype=torch.bool)
+    allowed.mark(row)
+    return row
+
+
+def test_slot_tokens_are_classified_by_their_text():
+    vocabulary = classify_slot_tokens(SLOT_TEXTS, special_ids={0})
+    # text without "]" or a newline ("[" too), or such text closed by "]"; a bare "]" only after text
+    assert torch.equal(vocabulary.opening, _mask([1, 2, 4, 10, 11]))
+    assert torch.equal(vocabulary.continuing, _mask([1, 2, 3, 4, 10, 11]))
+    assert torch.equal(vocabulary.closing, _mask([3, 4]))
+    with pytest.raises(ValueError, match="cannot write a free-text slot"):
+        classify_slot_tokens(["a", "b"], special_ids=())
+
+
+def test_slot_choice_allows_a_prefix_free_text_and_its_closing():
+    vocabulary = classify_slot_tokens(SLOT_TEXTS, special_ids={0})
+    choices = (SlotChoice((11,), (10,), vocabulary), (11, 1))  # "[<...>]h" and "[a"
+    trie = ChoiceTrie(choices, end_id=0)
+    assert trie.max_length is None
+    steps = allowed_tokens(choices, [11, 1, 2, 3, 10, 0], 0)
+    assert [_marked(step).nonzero().flatten().tolist() for step in steps] == [
+        [11],
+        vocabulary.opening.nonzero().flatten().tolist(),
+        [0, 1, 2, 3, 4, 10, 11],  # "[a" may end here, or the slot text go on
+        [1, 2, 3, 4, 10, 11],
+        [10],
+        [0],
+    ]
+    assert allowed_tokens(choices, [11, 4, 10, 0], 0)[-1].ids == (0,)  # "d]" writes text and closes
+    for off in ([11, 3], [11, 1, 5], [11, 1, 6], [11, 1, 3, 0], [10]):  # empty text, "]e", newline, ...
+        with pytest.raises(ValueError, match="not one of the allowed choices"):
+            allowed_tokens(choices, off, 0)
+
+
+def test_slots_are_found_and_turned_into_one_regular_expression():
+    assert split_slot("search[<your query>]") == ("search[", "]")
+    assert split_slot("<action>search[<your query>]</action>") == ("<action>search[", "]</action>")
+    assert split_slot("click[< prev]") is None and split_slot("click[next >]") is None
+    with pytest.raises(ValueError, match="at most one free-text slot"):
+        split_slot("a[<x>] b[<y>]")
+    regex = re.compile(choices_regex(["<action>search[<your query>]</action>", "click[< prev] (1.5)"]))
+    for text in ("<action>search[red shoes]</action>", "<action>search[<your query>]</action>"):
+        assert regex.fullmatch(text)
+    assert regex.fullmatch("click[< prev] (1.5)") and not regex.fullmatch("click[< prev] (155)")
+    for text in (
+        "<action>search[]</action>",
+        "<action>search[a]b]</action>",
+        "<action>search[a\nb]</action>",
+    ):
+        assert not regex.fullmatch(text)
 
 
 @pytest.mark.parametrize("response_format", ["plain", "think_action"])
@@ -141,11 +223,113 @@ def test_rollout_records_one_row_per_step_with_the_prompts_fingerprints(tiny):
     assert batch.metrics()["rollout/invalid_rate"] == 0.0
 
 
+# --------------------------------------------------------------------------- free-text slots (WebShop search)
+
+WEBSHOP_SEARCH_PAGE = [[SEARCH_PLACEHOLDER], [SEARCH_PLACEHOLDER, "click[back to search]"]]
+"""The search page's admissible list, and one that mixes the slot with a plain command."""
+
+
+def _closing_biased(model: torch.nn.Module, closing: torch.Tensor, bias: float = 6.0) -> torch.nn.Module:
+    """A copy of ``model`` whose LM head favours the tokens that close a slot, so that a random
+    model's sampled queries end after a few tokens instead of running into the length cap."""
+    biased = copy.deepcopy(model)
+    head = biased.get_output_embeddings()
+    biased_head = torch.nn.Linear(head.in_features, head.out_features, bias=True)
+    with torch.no_grad():
+        biased_head.weight.copy_(head.weight)
+        biased_head.bias.copy_(bias * closing[: head.out_features].float())
+    biased.set_output_embeddings(biased_head)
+    return biased
+
+
+def _recorded_sampler_masks(monkeypatch) -> list[torch.Tensor]:
+    """Patches :class:`ChoiceLogitsProcessor` to record, per generation step, which tokens it left
+    open: (B, V) bool, True where the sampler could pick the token."""
+    masks: list[torch.Tensor] = []
+    original = ChoiceLogitsProcessor.__call__
+
+    def recording(self, input_ids, scores):
+        out = original(self, input_ids, scores)
+        masks.append(torch.isfinite(out))
+        return out
+
+    monkeypatch.setattr(ChoiceLogitsProcessor, "__call__", recording)
+    return masks
+
+
+def _search_query(text: str, response_format: str) -> str | None:
+    """The query of a response in the slot's language (``search[`` text ``]``), else None."""
+    command = r"search\[([^\]\n]+)\]"
+    match = re.fullmatch(command if response_format == "plain" else f"<action>{command}</action>", text)
+    return match.group(1) if match else None
+
+
+@pytest.mark.parametrize("response_format", ["plain", "think_action"])
+def test_constrained_search_writes_a_query_that_webshop_accepts(
+    tiny, shared_data, tmp_path, monkeypatch, response_format
+):
+    model, tokenizer, _ = tiny
+    monkeypatch.setenv("HGPO_DATA", str(tmp_path))  # the env's search index cache
+    env = gym.make("HGPO-WebShop-v0", data_path=str(shared_data / "webshop"), response_format=response_format)
+    prompt, info = env.reset(options={"task_id": 0})
+    assert info["admissible_actions"] == [SEARCH_PLACEHOLDER]
+    config = GenerationConfig(max_new_tokens=24, batch_size=16)
+    generator = HFGenerator(
+        _closing_biased(model, slot_vocabulary(tokenizer).closing), tokenizer, config, response_format
+    )
+    end_id = generator.encoder.end_id
+    admissible = [WEBSHOP_SEARCH_PAGE[i % 2] for i in range(16)]
+    sampled = _recorded_sampler_masks(monkeypatch)
+    torch.manual_seed(0)
+    generations = generator.generate([prompt] * 16, admissible)  # one prompt: rows keep their order
+    searches = []
+    for generation, commands in zip(generations, admissible):
+        assert isinstance(generation.choices[0], SlotChoice)
+        if generation.response_ids[-1] != end_id:  # cut at the length cap, which the env rejects
+            assert len(generation.response_ids) == config.max_new_tokens
+            continue
+        query = _search_query(generation.text, response_format)
+        if query is None:
+            assert hgpo_env.parse_response(generation.text, response_format).action in commands
+        else:
+            searches.append((generation.text, query))
+    assert len(searches) >= 8  # most close their query well before the cap
+    # the update's masks are the sampler's, at every position of every response
+    batch = step_batch(
+        [np.asarray(g.prompt_ids) for g in generations],
+        [np.asarray(g.response_ids) for g in generations],
+        [g.choices for g in generations],
+    )
+    micro = make_micro_batch(batch, range(16), generator.pad_id, end_id, len(tokenizer), torch.device("cpu"))
+    for row, generation in enumerate(generations):
+        for position in range(len(generation.response_ids)):
+            assert torch.equal(micro.allowed[row, position], sampled[position][row]), (row, position)
+    # the env takes a sampled search (queries of spaces or control characters are its to reject)
+    text = next(text for text, query in searches if query.strip() and query.isprintable())
+    _, _, _, _, info = env.step(text)
+    assert info["action_valid"] and "click[back to search]" in info["admissible_actions"]
+    env.close()
+
+
+def test_a_slot_that_never_closes_is_cut_at_max_new_tokens(tiny):
+    model, tokenizer, _ = tiny
+    never_closes = _closing_biased(model, slot_vocabulary(tokenizer).closing, bias=-100.0)
+    generator = HFGenerator(never_closes, tokenizer, GenerationConfig(max_new_tokens=12), "plain")
+    torch.manual_seed(0)
+    for generation in generator.generate(["find red shoes"] * 3, [[SEARCH_PLACEHOLDER]] * 3):
+        assert len(generation.response_ids) == 12 and generation.response_ids[-1] != generator.encoder.end_id
+        assert generation.text.startswith("search[") and "]" not in generation.text
+        allowed_tokens(
+            generation.choices, generation.response_ids, generator.encoder.end_id
+        )  # on the language
+
+
 # --------------------------------------------------------------------------- vLLM glue
 
 
 class _FakeLLM:
-    """Records the engine calls; 'generates' the first structured choice, or a fixed id list."""
+    """Records the engine calls; 'generates' the first structured choice, ``slot_reply`` for a
+    regex (checked against it), or a fixed id list."""
 
     instances: ClassVar[list[_FakeLLM]] = []
 
@@ -157,8 +341,14 @@ class _FakeLLM:
     def generate(self, prompts, params, use_tqdm=False):
         outs = []
         for prompt, p in zip(prompts, params):
-            choice = p.kwargs.get("structured_outputs")
-            ids = self.tokenizer.encode(choice.choice[0], add_special_tokens=False) if choice else [5, 6]
+            structured = p.kwargs.get("structured_outputs")
+            if structured is None:
+                ids = [5, 6]
+            elif structured.choice:
+                ids = self.tokenizer.encode(structured.choice[0], add_special_tokens=False)
+            else:
+                ids = self.slot_reply
+                assert re.fullmatch(structured.regex, self.tokenizer.decode(ids))
             outs.append(
                 types.SimpleNamespace(outputs=[types.SimpleNamespace(token_ids=ids, finish_reason="stop")])
             )
@@ -174,13 +364,17 @@ class _Params:
         self.kwargs = kwargs
 
 
+def _structured(choice: list[str] | None = None, regex: str | None = None) -> types.SimpleNamespace:
+    return types.SimpleNamespace(choice=choice, regex=regex)
+
+
 @pytest.fixture
 def fake_vllm(monkeypatch):
     """A stand-in ``vllm`` package (vLLM needs a GPU and is not installed here)."""
     vllm = types.ModuleType("vllm")
     vllm.LLM, vllm.SamplingParams = _FakeLLM, _Params
     sampling = types.ModuleType("vllm.sampling_params")
-    sampling.StructuredOutputsParams = lambda choice: types.SimpleNamespace(choice=choice)
+    sampling.StructuredOutputsParams = _structured
     monkeypatch.setitem(sys.modules, "vllm", vllm)
     monkeypatch.setitem(sys.modules, "vllm.sampling_params", sampling)
     _FakeLLM.instances.clear()
@@ -208,6 +402,28 @@ def test_vllm_generator_glue_with_a_stub_module(tiny, fake_vllm):
     assert free.choices is None and free.response_ids == [5, 6, generator.encoder.end_id]
     generator.sync_weights(model)
     assert set(llm.loaded) == set(model.state_dict())
+
+
+def test_vllm_constrains_a_slot_with_a_regex_and_checks_replies_on_the_trie(tiny, fake_vllm, monkeypatch):
+    _, tokenizer, path = tiny
+    generator = VLLMGenerator(str(path), tokenizer, GenerationConfig(backend="vllm"), "plain")
+    llm = _FakeLLM.instances[-1]
+    llm.tokenizer = tokenizer
+    commands = [SEARCH_PLACEHOLDER, "click[< prev]"]
+    structured = generator._params(1.0, commands).kwargs["structured_outputs"]
+    assert structured.choice is None and structured.regex == choices_regex(commands)
+    assert generator._params(1.0, commands[1:]).kwargs["structured_outputs"].choice == commands[1:]
+    prefix = generator.encoder.choices(commands)[0].prefix
+    as_the_trie = [*prefix, *tokenizer.encode("red shoes]", add_special_tokens=False)]
+    char_by_char = tokenizer.convert_tokens_to_ids(list("search[red]"))  # same language, other tokens
+    for reply, on_trie in ((as_the_trie, True), (char_by_char, False)):
+        llm.slot_reply = reply
+        generation = generator.generate(["find red shoes"], [commands])[0]
+        assert generation.text.startswith("search[red") and (generation.choices is not None) == on_trie
+    sampling = sys.modules["vllm.sampling_params"]  # vLLM < 0.11: guided decoding, same arguments
+    monkeypatch.delattr(sampling, "StructuredOutputsParams")
+    monkeypatch.setattr(sampling, "GuidedDecodingParams", _structured, raising=False)
+    assert generator._params(1.0, commands).kwargs["guided_decoding"].regex == choices_regex(commands)
 
 
 def test_vllm_missing_gives_an_actionable_error(monkeypatch, tiny):

@@ -11,11 +11,17 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from hgpo_train.batch import Episodes, StepBatch
 from hgpo_train.config import UpdateConfig
+from hgpo_train.generation import SlotChoice, classify_slot_tokens
 from hgpo_train.loss import ppo_loss, token_logprobs
 from hgpo_train.modeling import Reference
-from hgpo_train.update import PolicyUpdater
+from hgpo_train.update import PolicyUpdater, make_micro_batch
 
 END = 1
+VOCAB = 48
+SLOT = classify_slot_tokens(["<pad>", "<end>", *"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRS", "]"], {0, 1})
+"""A slot vocabulary over the test model's 48 tokens: 0 and 1 special, 2..46 letters, 47 ``]``."""
+SEARCH = SlotChoice((7, 8), (9,), SLOT)
+"""Tokens 7 8, slot text, ``]``, token 9."""
 
 
 def _loss(logp, old, ref, adv, **kw):
@@ -66,6 +72,23 @@ def test_constrained_logprobs_renormalise_over_the_allowed_tokens():
     assert hot[0, 1].item() == pytest.approx(torch.log_softmax(logits[0, 1] / 2, -1)[4].item(), rel=1e-5)
 
 
+def step_batch(prompt_ids: list[np.ndarray], response_ids: list[np.ndarray], choices: list) -> StepBatch:
+    """Update rows of these ids and choices; the columns the update does not read are filler."""
+    n, empty = len(response_ids), np.zeros(0)
+    return StepBatch(
+        group_id=np.zeros(n, np.int64),
+        traj_id=np.arange(n),
+        step=np.zeros(n, np.int64),
+        reward=np.zeros(n),
+        invalid=np.zeros(n, bool),
+        fingerprints=np.ones((n, 1), np.uint64),
+        prompt_ids=prompt_ids,
+        response_ids=response_ids,
+        choices=choices,
+        episodes=Episodes(empty, empty, [], [], empty, empty, empty, empty, empty, empty),
+    )
+
+
 def _batch(n: int = 10, seed: int = 0) -> StepBatch:
     rng = np.random.default_rng(seed)
     responses = [
@@ -74,19 +97,12 @@ def _batch(n: int = 10, seed: int = 0) -> StepBatch:
     choices = []
     for i, r in enumerate(responses):  # half the rows constrained to their own response and a decoy
         choices.append((tuple(r[:-1].tolist()), (7, 8)) if i % 2 else None)
-    empty = np.zeros(0)
-    return StepBatch(
-        group_id=np.zeros(n, np.int64),
-        traj_id=np.arange(n),
-        step=np.zeros(n, np.int64),
-        reward=rng.random(n),
-        invalid=np.zeros(n, bool),
-        fingerprints=np.ones((n, 2), np.uint64),
-        prompt_ids=[rng.integers(2, 40, size=rng.integers(3, 9)).astype(np.int32) for _ in range(n)],
-        response_ids=responses,
-        choices=choices,
-        episodes=Episodes(empty, empty, [], [], empty, empty, empty, empty, empty, empty),
-    )
+    for i in range(0, n, 4):  # and some a search with a free-text query
+        query = rng.integers(2, 47, size=rng.integers(1, 5))
+        responses[i] = np.array([7, 8, *query, 47, 9, END], np.int32)
+        choices[i] = (SEARCH, (7, 3))
+    prompts = [rng.integers(2, 40, size=rng.integers(3, 9)).astype(np.int32) for _ in range(n)]
+    return step_batch(prompts, responses, choices)
 
 
 @pytest.mark.parametrize("mini_batch_size", [10, 4])
@@ -126,3 +142,20 @@ def test_micro_batch_size_does_not_change_the_update(mini_batch_size):
         assert metrics["update/loss"] == pytest.approx(m1["update/loss"], rel=1e-4, abs=1e-7)
     assert m1["update/optimizer_steps"] == (1 if mini_batch_size == 10 else 3)
     assert len(batch.old_logprobs) == 10
+
+
+def test_micro_batch_masks_follow_the_sampler_inside_a_slot():
+    batch = _batch()
+    micro = make_micro_batch(batch, [0, 1, 2], 0, END, VOCAB, torch.device("cpu"))
+    search, fixed, free = micro.allowed  # rows 0 (search), 1 (own response or (7, 8)), 2 (unconstrained)
+    query = len(batch.response_ids[0]) - 5
+    assert search[0].nonzero().flatten().tolist() == [7]
+    assert search[1].nonzero().flatten().tolist() == [3, 8]  # the decoy (7, 3) may still end
+    assert torch.equal(search[2], SLOT.opening)  # the first query token: any letter, no bare "]"
+    for position in range(3, 3 + query):
+        assert torch.equal(search[position], SLOT.continuing)
+    assert search[3 + query].nonzero().flatten().tolist() == [9]
+    assert search[4 + query].nonzero().flatten().tolist() == [END]
+    assert free.all() and fixed[: len(batch.response_ids[1])].sum(-1).max() <= 2
+    logp, _ = token_logprobs(torch.zeros(3, search.shape[0], VOCAB), micro.targets, micro.allowed, 1.0)
+    assert logp[0, 2].item() == pytest.approx(-np.log(45))  # renormalised over the 45 letters
