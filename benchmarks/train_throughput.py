@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for iteration in range(args.iterations):
                 start = time.perf_counter()
-                batch, metrics = trainer.run_iteration(iteration)
+                result = trainer.run_iteration(iteration)
+                batch, metrics = result.batch, result.metrics
                 total = time.perf_counter() - start
                 rows.append(
                     {

@@ -82,7 +82,7 @@ class Evaluator:
                 1,
                 seed=0,
                 tokenizer=self.tokenizer,
-                extra_kwargs=self.config.eval.env_kwargs,
+                env_kwargs=self.config.eval.env_kwargs,
             )
         return self._pools[size]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -32,10 +32,10 @@ class Generator(Protocol):
     ) -> list[Generation]: ...
 
 
-_POOL_OPTIONS = frozenset(
+POOL_OPTIONS = frozenset(
     name for name, p in inspect.signature(GroupedEnvPool).parameters.items() if p.kind is p.KEYWORD_ONLY
-)
-"""Keyword arguments that configure the pool itself (backend, timeouts, ...), not the envs."""
+) - {"num_workers", "seed"}
+"""The pool's own options (``backend``, timeouts, ...) a caller may set; make_pool sets the rest."""
 
 
 def make_pool(
@@ -45,15 +45,32 @@ def make_pool(
     *,
     seed: int,
     tokenizer: Any = None,
-    extra_kwargs: dict[str, Any] | None = None,
+    env_kwargs: Mapping[str, Any] | None = None,
+    pool_options: Mapping[str, Any] | None = None,
 ) -> GroupedEnvPool:
     """A pool of ``num_groups`` x ``group_size`` envs as ``env`` describes them.
 
+    ``env_kwargs`` go to the envs on top of ``env.kwargs`` (evaluation's held-out split);
+    ``pool_options`` configure the pool itself (:data:`POOL_OPTIONS`). Kept apart, an env
+    argument can never be taken for a pool option, nor the other way round.
     ``tokenizer`` is used only with ``env.max_prompt_tokens`` (the memory window's token budget).
-    ``extra_kwargs`` go to the envs, or to the pool for its own options (``backend``, timeouts).
     One env is made here first, so bad arguments or missing data fail with the env's own error
     instead of one traceback per worker.
     """
+    options = pool_options or {}
+    unknown = sorted(set(options) - POOL_OPTIONS)
+    if unknown:
+        raise ValueError(f"unknown pool options {unknown}; GroupedEnvPool takes {sorted(POOL_OPTIONS)}")
+    kwargs = _env_kwargs(env, tokenizer, env_kwargs or {})
+    gym.make(env.env_id, **kwargs).close()
+    workers = min(env.num_workers, num_groups * group_size)
+    return GroupedEnvPool(
+        env.env_id, num_groups, group_size, num_workers=workers, seed=seed, **options, **kwargs
+    )
+
+
+def _env_kwargs(env: EnvConfig, tokenizer: Any, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Constructor arguments of every env: ``env``'s fields, ``env.kwargs``, then ``overrides``."""
     kwargs: dict[str, Any] = {
         "history_length": env.history_length,
         "fingerprint_mode": env.fingerprint_mode,
@@ -61,13 +78,11 @@ def make_pool(
         "max_steps": env.max_steps,
         "success_reward": env.success_reward,
         **env.kwargs,
-        **(extra_kwargs or {}),
+        **overrides,
     }
     if env.max_prompt_tokens is not None:
         kwargs.update(tokenizer=tokenizer, max_prompt_tokens=env.max_prompt_tokens)
-    gym.make(env.env_id, **{k: v for k, v in kwargs.items() if k not in _POOL_OPTIONS}).close()
-    workers = min(env.num_workers, num_groups * group_size)
-    return GroupedEnvPool(env.env_id, num_groups, group_size, num_workers=workers, seed=seed, **kwargs)
+    return kwargs
 
 
 @dataclass

@@ -92,6 +92,15 @@ def build_generator(config: Config, loaded: LoadedPolicy) -> Any:
     return generator
 
 
+@dataclass
+class IterationResult:
+    """What one iteration collected, the per-row advantages its update consumed, and its metrics."""
+
+    batch: StepBatch
+    advantages: np.ndarray
+    metrics: dict[str, float]
+
+
 class Trainer:
     """Owns the model, optimizer, env pool, generator and logs of one run folder."""
 
@@ -145,7 +154,7 @@ class Trainer:
         )
 
     # ----------------------------------------------------------------- one iteration
-    def run_iteration(self, iteration: int) -> tuple[StepBatch, dict[str, float]]:
+    def run_iteration(self, iteration: int) -> IterationResult:
         """Collect, estimate advantages and update; ``iteration`` is 0-based."""
         seed = iteration_seed(self.config.train.seed, iteration)
         torch.manual_seed(seed)
@@ -189,7 +198,7 @@ class Trainer:
             "throughput/steps_per_s": len(batch) / max(rollout_s, 1e-9),
             "throughput/tokens_per_s": tokens / max(rollout_s, 1e-9),
         }
-        return batch, metrics
+        return IterationResult(batch, advantages, metrics)
 
     # ----------------------------------------------------------------- the loop
     def fit(self) -> dict[str, float]:
@@ -206,7 +215,7 @@ class Trainer:
         try:
             for iteration in range(self.start_iteration, cfg.iterations):
                 start = time.perf_counter()
-                _, metrics = self.run_iteration(iteration)
+                metrics = self.run_iteration(iteration).metrics
                 done = iteration + 1
                 if cfg.eval_every and (done % cfg.eval_every == 0 or done == cfg.iterations):
                     metrics.update(self.evaluate(prefix="eval/"))

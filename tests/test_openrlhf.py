@@ -15,9 +15,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-pytest.importorskip("openrlhf", reason="the openrlhf backend is not installed (pip install --no-deps openrlhf==0.11.2)")
+pytest.importorskip(
+    "openrlhf", reason="the openrlhf backend is not installed (pip install --no-deps openrlhf==0.11.2)"
+)
 
-from hgpo_train.advantage import AdvantageConfig, compute_advantages
+from test_train_e2e import assert_estimator_matters, reference_advantages
+
+from hgpo_train.advantage import ESTIMATORS, AdvantageConfig
 from hgpo_train.batch import Episodes, StepBatch
 from hgpo_train.config import ConfigError
 from hgpo_train.openrlhf.padding import pad_multiple, padded_size, padding_sources
@@ -32,7 +36,10 @@ with stubbed_gpu_packages():
     from hgpo_train.openrlhf.samples import step_experience, step_experiences
     from hgpo_train.openrlhf.trainer import status_metrics
 
-PAPER_CONFIGS = ["configs/openrlhf_alfworld_qwen2.5-1.5b_2gpu.yaml", "configs/openrlhf_alfworld_qwen2.5-7b_4gpu.yaml"]
+PAPER_CONFIGS = [
+    "configs/openrlhf_alfworld_qwen2.5-1.5b_2gpu.yaml",
+    "configs/openrlhf_alfworld_qwen2.5-7b_4gpu.yaml",
+]
 END = 99
 
 
@@ -45,33 +52,63 @@ def make_batch(seed: int = 0, groups: int = 3, size: int = 4, levels: int = 3) -
             length = int(rng.integers(1, 5))
             for step in range(length):
                 fp = [int(rng.integers(1, 4)) + 10 * g if step else 1000 + g] + [
-                    int(rng.integers(1, 3)) if k <= step else 0 for k in range(1, levels)]
-                rows.append((g, t, step, float(10.0 * (step == length - 1) * rng.integers(0, 2)),
-                             bool(rng.random() < 0.2), fp))
+                    int(rng.integers(1, 3)) if k <= step else 0 for k in range(1, levels)
+                ]
+                rows.append(
+                    (
+                        g,
+                        t,
+                        step,
+                        float(10.0 * (step == length - 1) * rng.integers(0, 2)),
+                        bool(rng.random() < 0.2),
+                        fp,
+                    )
+                )
     n = len(rows)
     lengths = rng.integers(1, 6, size=(n, 2))
-    episodes = Episodes(np.repeat(np.arange(groups), size), np.tile(np.arange(size), groups), ["task"] * (groups * size),
-                        [None] * (groups * size), np.zeros(groups * size, bool), np.zeros(groups * size),
-                        np.ones(groups * size, np.int64), np.zeros(groups * size), np.zeros(groups * size, bool),
-                        np.zeros(groups * size, bool))
+    episodes = Episodes(
+        np.repeat(np.arange(groups), size),
+        np.tile(np.arange(size), groups),
+        ["task"] * (groups * size),
+        [None] * (groups * size),
+        np.zeros(groups * size, bool),
+        np.zeros(groups * size),
+        np.ones(groups * size, np.int64),
+        np.zeros(groups * size),
+        np.zeros(groups * size, bool),
+        np.zeros(groups * size, bool),
+    )
     return StepBatch(
-        group_id=np.array([r[0] for r in rows]), traj_id=np.array([r[1] for r in rows]),
-        step=np.array([r[2] for r in rows]), reward=np.array([r[3] for r in rows]),
-        invalid=np.array([r[4] for r in rows]), fingerprints=np.array([r[5] for r in rows], dtype=np.uint64),
+        group_id=np.array([r[0] for r in rows]),
+        traj_id=np.array([r[1] for r in rows]),
+        step=np.array([r[2] for r in rows]),
+        reward=np.array([r[3] for r in rows]),
+        invalid=np.array([r[4] for r in rows]),
+        fingerprints=np.array([r[5] for r in rows], dtype=np.uint64),
         prompt_ids=[rng.integers(1, 50, size=p).astype(np.int32) for p, _ in lengths],
         response_ids=[np.append(rng.integers(1, 50, size=r - 1), END).astype(np.int32) for _, r in lengths],
-        choices=[None] * n, episodes=episodes,
+        choices=[None] * n,
+        episodes=episodes,
     )
 
 
 def make_maker(estimator: str = "hgpo", micro: int = 4) -> StepAdvantageMaker:
     """The real experience maker with OpenRLHF's args for micro-batching and no model groups."""
-    args = SimpleNamespace(train=SimpleNamespace(dynamic_batch_enable=False),
-                           rollout=SimpleNamespace(micro_batch_size=micro),
-                           algo=SimpleNamespace(advantage=SimpleNamespace(estimator="group_norm")))
-    return StepAdvantageMaker(None, None, None, None, SimpleNamespace(value=0.0), SimpleNamespace(args=args),
-                              SimpleNamespace(pad_token_id=0),
-                              advantage_config=AdvantageConfig(estimator=estimator, mode="mean_norm"))
+    args = SimpleNamespace(
+        train=SimpleNamespace(dynamic_batch_enable=False),
+        rollout=SimpleNamespace(micro_batch_size=micro),
+        algo=SimpleNamespace(advantage=SimpleNamespace(estimator="group_norm")),
+    )
+    return StepAdvantageMaker(
+        None,
+        None,
+        None,
+        None,
+        SimpleNamespace(value=0.0),
+        SimpleNamespace(args=args),
+        SimpleNamespace(pad_token_id=0),
+        advantage_config=AdvantageConfig(estimator=estimator, mode="mean_norm"),
+    )
 
 
 # ------------------------------------------------------------------------ one sample per step
@@ -98,7 +135,7 @@ def test_one_experience_per_step_padded_to_the_multiple() -> None:
         prompt, response = batch.prompt_ids[i], batch.response_ids[i]
         assert sample.sequences[0].tolist() == [*prompt.tolist(), *response.tolist()]
         assert sample.action_mask.sum().item() == len(response)
-    assert all(not s.action_mask.any() for s in samples[len(batch):])
+    assert all(not s.action_mask.any() for s in samples[len(batch) :])
 
 
 def test_side_table_round_trips_through_openrlhf_split_and_concat() -> None:
@@ -123,23 +160,32 @@ def test_side_table_round_trips_through_openrlhf_split_and_concat() -> None:
     assert (table.batch.fingerprints[table.rows(seen)] == batch.fingerprints[table.source[seen]]).all()
 
 
-@pytest.mark.parametrize("estimator", ["grpo", "gigpo", "hgpo"])
-def test_advantages_in_experiences_equal_the_shared_code(estimator: str) -> None:
-    batch = make_batch(seed=2)
-    maker = make_maker(estimator)
-    samples, maker.table = step_experiences(batch, multiple=8, end_ids=[END])
-    experiences = maker.compute_advantages_and_returns(maker.split_rollout_samples(samples))
-    expected = compute_advantages(batch.reward, batch.traj_id, batch.group_id, batch.fingerprints, batch.invalid,
-                                  maker.advantage_config)
-    assert np.abs(expected).max() > 0
+def assert_experience_advantages(experiences: list[Experience], maker: StepAdvantageMaker) -> np.ndarray:
+    """The per-row advantages the maker used equal an independent computation from the batch's raw
+    columns (to 1e-9), and every real sample carries its row's on exactly its response tokens
+    (padding: 0). Returns the per-row advantages."""
+    table = maker.table
+    expected = reference_advantages(table.batch, maker.advantage_config)
+    np.testing.assert_allclose(table.row_advantages, expected, rtol=0, atol=1e-9)
     for exp in experiences:
         for k, position in enumerate(exp.index):
             mask = exp.action_mask[k]
-            want = 0.0 if maker.table.padding[position] else expected[maker.table.source[position]]
-            assert np.allclose(exp.advantages[k][mask].numpy(), want, atol=1e-6)
+            want = 0.0 if table.padding[position] else expected[table.source[position]]
+            np.testing.assert_allclose(exp.advantages[k][mask].numpy(), want, rtol=1e-6, atol=1e-7)  # float32
             assert not exp.advantages[k][~mask].any()
             assert exp.returns[k].tolist() == exp.advantages[k].tolist()
         assert exp.kl is None
+    assert sorted(i for exp in experiences for i in exp.index) == list(range(len(table)))
+    return table.row_advantages
+
+
+@pytest.mark.parametrize("estimator", ESTIMATORS)
+def test_advantages_in_experiences_equal_an_independent_computation(estimator: str) -> None:
+    maker = make_maker(estimator)
+    samples, maker.table = step_experiences(make_batch(seed=2), multiple=8, end_ids=[END])
+    experiences = maker.compute_advantages_and_returns(maker.split_rollout_samples(samples))
+    advantages = assert_experience_advantages(experiences, maker)
+    assert_estimator_matters(advantages, maker.table.batch, maker.advantage_config)
 
 
 def test_the_maker_refuses_to_run_without_a_side_table() -> None:
@@ -151,16 +197,23 @@ def test_the_maker_refuses_to_run_without_a_side_table() -> None:
 # ------------------------------------------------------------------------ DP-even padding
 
 
-@pytest.mark.parametrize(("dp", "rollout_micro", "train_batch", "multiple"),
-                         [(2, 8, 256, 256), (4, 4, 256, 256), (2, 3, 8, 24), (3, 2, 12, 12), (1, 1, 1, 1)])
-def test_pad_multiple_splits_evenly_for_making_and_training(dp: int, rollout_micro: int, train_batch: int,
-                                                            multiple: int) -> None:
+@pytest.mark.parametrize(
+    ("dp", "rollout_micro", "train_batch", "multiple"),
+    [(2, 8, 256, 256), (4, 4, 256, 256), (2, 3, 8, 24), (3, 2, 12, 12), (1, 1, 1, 1)],
+)
+def test_pad_multiple_splits_evenly_for_making_and_training(
+    dp: int, rollout_micro: int, train_batch: int, multiple: int
+) -> None:
     assert pad_multiple(dp, rollout_micro, train_batch) == multiple
     for n in {1, max(1, multiple - 1), multiple, multiple + 1, 5 * multiple + 3}:
         m = padded_size(n, multiple)
         assert n <= m < n + multiple
-        assert m % rollout_micro == 0 and (m // rollout_micro) % dp == 0  # every rank: the same full micro-batches
-        assert m % train_batch == 0  # every rank: whole optimizer steps (train_batch = dp * micro * accumulation)
+        assert (
+            m % rollout_micro == 0 and (m // rollout_micro) % dp == 0
+        )  # every rank: the same full micro-batches
+        assert (
+            m % train_batch == 0
+        )  # every rank: whole optimizer steps (train_batch = dp * micro * accumulation)
 
 
 def test_padding_copies_the_shortest_rows() -> None:
@@ -187,24 +240,33 @@ def test_paper_config_resolves_through_openrlhf_own_parser(capsys: pytest.Captur
     assert resolved["algo"]["kl"]["use_loss"] is True and resolved["algo"]["kl"]["estimator"] == "k3"
     assert resolved["critic"]["model_name_or_path"] is None  # no critic: the advantages are group-relative
     assert resolved["reward"]["remote_url"] == ["hgpo-env"]  # no reward-model actors placed
-    assert resolved["ckpt"]["path"] == "runs/x/checkpoints/openrlhf" and resolved["ckpt"]["load_enable"] is True
+    assert (
+        resolved["ckpt"]["path"] == "runs/x/checkpoints/openrlhf" and resolved["ckpt"]["load_enable"] is True
+    )
     assert out["required_gpus"] == 2
-    assert out["openrlhf_command"].startswith("python -m openrlhf.cli.train_ppo_ray --actor.model_name_or_path")
+    assert out["openrlhf_command"].startswith(
+        "python -m openrlhf.cli.train_ppo_ray --actor.model_name_or_path"
+    )
 
 
 def test_seven_b_config_and_overrides() -> None:
-    config, cluster = load_run(PAPER_CONFIGS[1], ["advantage.estimator=gigpo", "openrlhf.vllm_num_engines=4",
-                                                  "openrlhf.vllm_tensor_parallel_size=1"])
+    config, cluster = load_run(
+        PAPER_CONFIGS[1],
+        ["advantage.estimator=gigpo", "openrlhf.vllm_num_engines=4", "openrlhf.vllm_tensor_parallel_size=1"],
+    )
     assert config.model.name_or_path == "Qwen/Qwen2.5-7B-Instruct" and config.advantage.estimator == "gigpo"
     assert (cluster.zero_stage, cluster.gpus_per_node, cluster.vllm_num_engines) == (3, 4, 4)
 
 
-@pytest.mark.parametrize(("override", "message"), [
-    ("update.mini_batch_size=100", "must be a multiple"),
-    ("openrlhf.vllm_num_engines=3", "colocate_all needs"),
-    ("openrlhf.vllm_num_engine=3", "did you mean vllm_num_engines"),
-    ("generation.constrained=true", "not supported"),
-])
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("update.mini_batch_size=100", "must be a multiple"),
+        ("openrlhf.vllm_num_engines=3", "colocate_all needs"),
+        ("openrlhf.vllm_num_engine=3", "did you mean vllm_num_engines"),
+        ("generation.constrained=true", "not supported"),
+    ],
+)
 def test_config_errors_name_the_key(override: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_run(PAPER_CONFIGS[0], [override])
@@ -234,10 +296,19 @@ def test_help_lists_the_cluster_keys(capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_status_metrics_use_project_names() -> None:
-    status = {"policy_loss": 0.5, "kl": 0.01, "timing/ppo_train": 3.0, "rollout/reward_mean": 1.0,
-              "generated_samples": ["text", 1.0]}
-    assert status_metrics(status) == {"update/policy_loss": 0.5, "update/kl": 0.01, "time/ppo_train_s": 3.0,
-                                      "update/loss": 0.5}
+    status = {
+        "policy_loss": 0.5,
+        "kl": 0.01,
+        "timing/ppo_train": 3.0,
+        "rollout/reward_mean": 1.0,
+        "generated_samples": ["text", 1.0],
+    }
+    assert status_metrics(status) == {
+        "update/policy_loss": 0.5,
+        "update/kl": 0.01,
+        "time/ppo_train_s": 3.0,
+        "update/loss": 0.5,
+    }
 
 
 def test_experience_class_is_openrlhf_own() -> None:

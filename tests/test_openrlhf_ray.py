@@ -15,27 +15,33 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import numpy as np
 import pytest
 
 ray = pytest.importorskip("ray")
-pytest.importorskip("openrlhf", reason="the openrlhf backend is not installed (pip install --no-deps openrlhf==0.11.2)")
+pytest.importorskip(
+    "openrlhf", reason="the openrlhf backend is not installed (pip install --no-deps openrlhf==0.11.2)"
+)
 
-from hgpo_train.advantage import compute_advantages
+from test_train_e2e import assert_estimator_matters
+
 from hgpo_train.config import load_config
 from hgpo_train.openrlhf.settings import OpenRLHFConfig
 from hgpo_train.openrlhf.stubs import stubbed_gpu_packages
 from hgpo_train.rollout import collect_rollouts, make_pool
 
 with stubbed_gpu_packages():
-    from test_openrlhf import make_maker
+    from test_openrlhf import assert_experience_advantages, make_maker
 
     from hgpo_train.openrlhf.engines import EngineGenerator, PromptTooLongError
     from hgpo_train.openrlhf.samples import step_experiences
     from hgpo_train.openrlhf.trainer import HGPOTrainer, trainer_actor
 
 IM_END, EOS = 256, 257
-RESPONSES = ["<think>hm</think><action>look</action>", "<think>hm</think><action>inventory</action>", "no action"]
+RESPONSES = [
+    "<think>hm</think><action>look</action>",
+    "<think>hm</think><action>inventory</action>",
+    "no action",
+]
 
 
 class ByteTokenizer:
@@ -44,9 +50,12 @@ class ByteTokenizer:
     chat_template = "chatml"
     eos_token_id, unk_token_id, pad_token_id = EOS, None, 0
 
-    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool, tokenize: bool) -> str:
-        return "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages) + \
-            ("<|im_start|>assistant\n" if add_generation_prompt else "")
+    def apply_chat_template(
+        self, messages: list[dict[str, str]], add_generation_prompt: bool, tokenize: bool
+    ) -> str:
+        return "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages) + (
+            "<|im_start|>assistant\n" if add_generation_prompt else ""
+        )
 
     def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, list[int]]:
         return {"input_ids": list(text.encode())}
@@ -68,8 +77,9 @@ class FakeEngine:
     def generate(self, prompt_token_ids: list[int], sampling_params: dict[str, Any]) -> Any:
         self.prompts.append(bytes(prompt_token_ids).decode())
         text = RESPONSES[(len(self.prompts) + self.index) % len(RESPONSES)]
-        completion = SimpleNamespace(token_ids=list(text.encode())[: sampling_params["max_tokens"]],
-                                     finish_reason="stop")
+        completion = SimpleNamespace(
+            token_ids=list(text.encode())[: sampling_params["max_tokens"]], finish_reason="stop"
+        )
         return SimpleNamespace(outputs=[completion])
 
     def seen(self) -> list[str]:
@@ -86,29 +96,49 @@ def cluster() -> Any:
 
 @pytest.fixture
 def config(tmp_path: Path) -> Any:
-    return load_config(None, [
-        "env.name=rooms", "env.max_steps=3", "env.num_groups=2", "env.group_size=3", "env.num_workers=2",
-        "env.kwargs={min_rooms: 2, max_rooms: 3, lock_probability: 0.0}", "generation.max_new_tokens=64",
-        "advantage.mode=mean_norm", f"train.output_dir={tmp_path}", "train.iterations=2", "train.save_every=1",
-        "update.mini_batch_size=8", "update.micro_batch_size=2", "logging.tensorboard=false",
-        "logging.progress_bar=false",
-    ])
+    return load_config(
+        None,
+        [
+            "env.name=rooms",
+            "env.max_steps=3",
+            "env.num_groups=2",
+            "env.group_size=3",
+            "env.num_workers=2",
+            "env.kwargs={min_rooms: 2, max_rooms: 3, lock_probability: 0.0}",
+            "generation.max_new_tokens=64",
+            "advantage.mode=mean_norm",
+            f"train.output_dir={tmp_path}",
+            "train.iterations=2",
+            "train.save_every=1",
+            "update.mini_batch_size=8",
+            "update.micro_batch_size=2",
+            "logging.tensorboard=false",
+            "logging.progress_bar=false",
+        ],
+    )
 
 
 def ray_pool(config: Any) -> Any:
-    return make_pool(config.env, config.env.num_groups, config.env.group_size, seed=0,
-                     extra_kwargs={"backend": "ray", "ray_actor_options": {"num_cpus": 1}})
+    return make_pool(
+        config.env,
+        config.env.num_groups,
+        config.env.group_size,
+        seed=0,
+        pool_options={"backend": "ray", "ray_actor_options": {"num_cpus": 1}},
+    )
 
 
 def engine_generator(config: Any, engines: list[Any], max_len: int = 4096) -> EngineGenerator:
-    return EngineGenerator(engines, ByteTokenizer(), config.generation, config.env.response_format, max_len,
-                           make_params=dict)
+    return EngineGenerator(
+        engines, ByteTokenizer(), config.generation, config.env.response_format, max_len, make_params=dict
+    )
 
 
 def test_env_actors_engines_steps_and_groups_end_to_end(cluster: None, config: Any) -> None:
     engines = [FakeEngine.remote(i) for i in range(2)]
     pool = ray_pool(config)
     try:
+        assert pool.backend == "ray"  # the pool option reached the pool
         batch = collect_rollouts(pool, engine_generator(config, engines), seeds=[11, 12])
     finally:
         pool.close()
@@ -123,18 +153,16 @@ def test_env_actors_engines_steps_and_groups_end_to_end(cluster: None, config: A
         assert len(first) == 3 and (first[:, 0] == first[0, 0]).all() and (first[:, 1:] == 0).all()
     seen = ray.get([engine.seen.remote() for engine in engines])
     assert all(seen) and sum(map(len, seen)) == len(batch)
-    assert all(len({p.split("Your task is to:")[1].split("\n")[0] for p in prompts}) == 1 for prompts in seen), \
-        "each engine should serve one task group (shared prefixes)"
+    assert all(
+        len({p.split("Your task is to:")[1].split("\n")[0] for p in prompts}) == 1 for prompts in seen
+    ), "each engine should serve one task group (shared prefixes)"
 
     maker = make_maker(config.advantage.estimator)
     samples, maker.table = step_experiences(batch, multiple=4, end_ids=[IM_END, EOS])
-    experiences = maker.compute_advantages_and_returns(maker.split_rollout_samples(samples))
-    expected = compute_advantages(batch.reward, batch.traj_id, batch.group_id, batch.fingerprints, batch.invalid,
-                                  maker.advantage_config)
-    got = np.concatenate([exp.advantages.sum(-1).numpy() / np.maximum(exp.action_mask.sum(-1).numpy(), 1)
-                          for exp in experiences])
-    order = np.concatenate([exp.index for exp in experiences])
-    assert np.allclose(got[np.argsort(order)][: len(batch)], expected, atol=1e-6)
+    advantages = assert_experience_advantages(
+        maker.compute_advantages_and_returns(maker.split_rollout_samples(samples)), maker
+    )
+    assert_estimator_matters(advantages, batch, maker.advantage_config)
 
 
 def test_prompt_longer_than_max_len_is_a_clear_error(cluster: None, config: Any) -> None:
@@ -148,7 +176,9 @@ class RecordingTrainer(HGPOTrainer):
 
     def train_step(self, rollout_samples: list[Any], global_step: int) -> tuple[dict[str, Any], int]:
         experiences = self.experience_maker.compute_advantages_and_returns(
-            self.experience_maker.split_rollout_samples(rollout_samples))
+            self.experience_maker.split_rollout_samples(rollout_samples)
+        )
+        assert_experience_advantages(experiences, self.experience_maker)  # what the PPO update would get
         self.calls.append(("train_step", global_step, len(rollout_samples), len(experiences)))
         return {"policy_loss": 0.25, "timing/ppo_train": 0.1, "rollout/reward_mean": 9.0}, global_step + 1
 
@@ -163,9 +193,16 @@ class RecordingTrainer(HGPOTrainer):
 
 
 def recording_trainer(config: Any, resume_from: int) -> RecordingTrainer:
-    trainer = object.__new__(type("Bound", (RecordingTrainer,), {"config": config, "cluster": OpenRLHFConfig()}))
+    trainer = object.__new__(
+        type("Bound", (RecordingTrainer,), {"config": config, "cluster": OpenRLHFConfig()})
+    )
     trainer.args = SimpleNamespace(vllm=SimpleNamespace(enable_sleep=False))
-    trainer.run_dir, trainer.multiple, trainer.calls, trainer.resume_from = Path(config.train.output_dir), 8, [], resume_from
+    trainer.run_dir, trainer.multiple, trainer.calls, trainer.resume_from = (
+        Path(config.train.output_dir),
+        8,
+        [],
+        resume_from,
+    )
     trainer.generator = engine_generator(config, [FakeEngine.remote(0)])
     trainer.pool = ray_pool(config)
     trainer.evaluator = SimpleNamespace(close=lambda: None)
@@ -180,7 +217,9 @@ def test_controller_loop_logs_saves_and_resumes(cluster: None, config: Any) -> N
     trainer.fit()
     steps = [c for c in trainer.calls if c[0] == "train_step"]
     assert [c[1] for c in steps] == [0, 1] and all(c[2] % 8 == 0 and c[3] == c[2] // 2 for c in steps)
-    assert ("save", 1) in trainer.calls and ("save", 2) in trainer.calls and ("broadcast",) not in trainer.calls
+    assert (
+        ("save", 1) in trainer.calls and ("save", 2) in trainer.calls and ("broadcast",) not in trainer.calls
+    )
     records = read_metrics(trainer.run_dir / "metrics.jsonl")
     assert [r["iteration"] for r in records] == [1, 2]
     assert records[0]["update/loss"] == 0.25 and records[0]["rollout/step_samples"] == 18

@@ -8,19 +8,30 @@ Rooms always; ALFWorld on the shared games and WebShop on the shared catalog thr
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 
 import hgpo_env
-from hgpo_train.advantage import compute_advantages
+from hgpo_train.advantage import (
+    ESTIMATORS,
+    AdvantageConfig,
+    episode_scores,
+    gigpo_advantages,
+    grpo_advantages,
+    hgpo_advantages,
+    step_returns,
+)
+from hgpo_train.batch import StepBatch
 from hgpo_train.checkpoint import latest_checkpoint, list_checkpoints
-from hgpo_train.config import ENV_IDS, LoggingConfig, load_config
+from hgpo_train.config import ENV_IDS, EnvConfig, LoggingConfig, load_config
 from hgpo_train.eval import main as eval_main
 from hgpo_train.modeling import ModelLoadError
+from hgpo_train.rollout import make_pool
 from hgpo_train.tracking import MetricsLogger, read_metrics
-from hgpo_train.train import Trainer
+from hgpo_train.train import IterationResult, Trainer
 
 TINY = [
     "model.name_or_path=tiny",
@@ -44,7 +55,42 @@ TINY = [
     "train.save_every=1",
     "logging.progress_bar=false",
 ]
-ROOMS = TINY + ["env.max_steps=4", "env.kwargs={min_rooms: 2, max_rooms: 3, lock_probability: 0.0}"]
+ROOMS = TINY + [
+    "env.max_steps=4",
+    "env.kwargs={min_rooms: 2, max_rooms: 3, lock_probability: 0.0}",
+    "generation.max_new_tokens=5",  # cuts some commands short: invalid steps make the advantages differ
+]
+
+
+def reference_advantages(batch: StepBatch, config: AdvantageConfig) -> np.ndarray:
+    """The configured estimator on the batch's raw columns, built from the per-estimator functions
+    rather than the trainer's entry point; rollouts are keyed by "group/traj" strings."""
+    rollouts = [f"{g}/{t}" for g, t in zip(batch.group_id, batch.traj_id)]
+    scores = episode_scores(batch.reward, rollouts, batch.invalid, config.invalid_penalty)
+    if config.estimator == "grpo":
+        return grpo_advantages(scores, batch.group_id, config.mode)
+    returns = step_returns(batch.reward, rollouts, config.gamma, batch.invalid, config.invalid_penalty)
+    if config.estimator == "gigpo":
+        return gigpo_advantages(
+            returns, scores, batch.group_id, batch.fingerprints, config.mode, config.step_weight
+        )
+    return hgpo_advantages(
+        returns,
+        batch.group_id,
+        batch.fingerprints,
+        config.mode,
+        config.alpha,
+        config.base_group,
+        scores,
+        config.weight_offset,
+    )
+
+
+def assert_estimator_matters(advantages: np.ndarray, batch: StepBatch, config: AdvantageConfig) -> None:
+    """Every other estimator gives other advantages on this batch, so the comparison can fail."""
+    for other in set(ESTIMATORS) - {config.estimator}:
+        gap = np.abs(advantages - reference_advantages(batch, replace(config, estimator=other))).max()
+        assert gap > 1e-3, f"{config.estimator} and {other} agree on this batch: it cannot tell them apart"
 
 
 def _weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -55,23 +101,18 @@ def _trainer(env: str, run_dir, overrides: list[str]) -> Trainer:
     return Trainer(load_config(env=env, overrides=overrides + [f"train.output_dir={run_dir}"]))
 
 
-def _one_iteration_checks(trainer: Trainer) -> None:
-    """A StepBatch, finite advantages and loss, and an optimizer step that changes the weights."""
+def _one_iteration_checks(trainer: Trainer) -> IterationResult:
+    """A StepBatch, the configured advantages, a finite loss, and an optimizer step that changes
+    the weights."""
     before = _weights(trainer.model)
-    batch, metrics = trainer.run_iteration(0)
+    result = trainer.run_iteration(0)
+    batch, metrics = result.batch, result.metrics
     assert len(batch) > 0 and len(batch.episodes) == 4
     assert batch.fingerprints.shape[1] == trainer.config.env.history_length + 1
     assert [len(x) for x in batch.old_logprobs] == batch.response_lengths.tolist()
     assert all(np.all(x <= 0) for x in batch.old_logprobs)
-    advantages = compute_advantages(
-        batch.reward,
-        batch.traj_id,
-        batch.group_id,
-        batch.fingerprints,
-        batch.invalid,
-        trainer.config.advantage,
-    )
-    assert advantages.shape == (len(batch),) and np.isfinite(advantages).all()
+    expected = reference_advantages(batch, trainer.config.advantage)
+    np.testing.assert_allclose(result.advantages, expected, rtol=0, atol=1e-9)
     assert np.isfinite(metrics["update/loss"]) and metrics["update/optimizer_steps"] >= 1
     after = _weights(trainer.model)
     assert any(not torch.equal(before[k], after[k]) for k in before)
@@ -83,6 +124,7 @@ def _one_iteration_checks(trainer: Trainer) -> None:
         "config.yaml",
         "state.json",
     }
+    return result
 
 
 def test_rooms_iteration_checkpoint_exact_resume_and_eval(tmp_path, capsys):
@@ -96,7 +138,9 @@ def test_rooms_iteration_checkpoint_exact_resume_and_eval(tmp_path, capsys):
 
     first = _trainer("rooms", tmp_path / "resumed", ROOMS + tiny + ["train.iterations=1"])
     try:
-        _one_iteration_checks(first)  # then fit() resumes from the checkpoint it saved
+        result = _one_iteration_checks(first)  # then fit() resumes from the checkpoint it saved
+        assert first.config.advantage.estimator == "hgpo"
+        assert_estimator_matters(result.advantages, result.batch, first.config.advantage)
     finally:
         first.close()
     resumed = _trainer("rooms", tmp_path / "resumed", ROOMS + tiny + ["train.iterations=2"])
@@ -147,11 +191,13 @@ def test_rooms_lora_reference_and_resume(tmp_path):
         "model.lora_rank=4",
         "model.lora_target_modules=[q_proj, v_proj]",
         "model.gradient_checkpointing=true",
+        "advantage.estimator=gigpo",
     ]
     trainer = _trainer("rooms", tmp_path, lora + ["train.iterations=1"])
     try:
         frozen = {k: v for k, v in _weights(trainer.model).items() if "lora_" not in k}
-        _one_iteration_checks(trainer)
+        result = _one_iteration_checks(trainer)
+        assert_estimator_matters(result.advantages, result.batch, trainer.config.advantage)
         for key, value in _weights(trainer.model).items():
             if "lora_" not in key:
                 assert torch.equal(value, frozen[key]), f"base weight {key} changed under LoRA"
@@ -177,7 +223,7 @@ def test_unreachable_model_fails_clearly(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "env, kwargs",
     [
-        ("alfworld", ["env.max_steps=3", "env.kwargs.split=valid_seen"]),
+        ("alfworld", ["env.max_steps=3", "env.kwargs.split=valid_seen", "advantage.estimator=grpo"]),
         ("webshop", ["env.max_steps=3", "generation.constrained=false"]),
     ],
 )
@@ -195,6 +241,21 @@ def test_real_benchmark_one_iteration(env, kwargs, shared_data, tmp_path):
         assert len(trainer.evaluator.task_ids()) == {"alfworld": 140, "webshop": 500}[env]  # the whole split
     finally:
         trainer.close()
+
+
+def test_make_pool_sends_pool_options_to_the_pool_and_env_kwargs_to_the_envs():
+    env = EnvConfig(name="rooms", max_steps=5, num_workers=1, kwargs={"min_rooms": 2, "max_rooms": 3})
+    with make_pool(
+        env, 1, 2, seed=0, env_kwargs={"max_steps": 1}, pool_options={"step_timeout": 7.5}
+    ) as pool:
+        assert (pool.backend, pool.step_timeout) == ("process", 7.5)
+        pool.reset(seeds=[0])
+        results = pool.step({0: "look", 1: "look"})
+        assert all(r.truncated for r in results)  # the env kwarg overrode env.max_steps in every env
+    with pytest.raises(ValueError, match=r"unknown pool options \['step_timout'\]"):
+        make_pool(env, 1, 2, seed=0, pool_options={"step_timout": 7.5})
+    with pytest.raises(TypeError, match="step_timeout"):  # a pool option is never taken from the env kwargs
+        make_pool(env, 1, 2, seed=0, env_kwargs={"step_timeout": 7.5})
 
 
 def test_a_kill_leaves_only_complete_checkpoints_and_trimmed_metrics(tmp_path):

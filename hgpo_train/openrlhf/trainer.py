@@ -75,26 +75,59 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
     cluster: ClassVar[OpenRLHFConfig]
     maker_class: ClassVar[type[StepAdvantageMaker]] = StepAdvantageMaker
 
-    def __init__(self, pretrain: str, strategy: Any, actor_model_group: Any, critic_model_group: Any,
-                 reward_model_group: Any, reference_model_group: Any, vllm_engines: list[Any],
-                 **generate_kwargs: Any) -> None:
+    def __init__(
+        self,
+        pretrain: str,
+        strategy: Any,
+        actor_model_group: Any,
+        critic_model_group: Any,
+        reward_model_group: Any,
+        reference_model_group: Any,
+        vllm_engines: list[Any],
+        **generate_kwargs: Any,
+    ) -> None:
         # PPOTrainer.__init__ would build OpenRLHF's prompt dataloaders; the envs replace them, and the
         # sampling settings (generate_kwargs) come from config.generation instead.
         config, args = self.config, strategy.args
-        tokenizer = get_tokenizer(pretrain, None, "left", strategy, use_fast=not args.data.disable_fast_tokenizer)
-        BasePPOTrainer.__init__(self, strategy, actor_model_group, critic_model_group, reward_model_group,
-                                reference_model_group, vllm_engines, tokenizer)
+        tokenizer = get_tokenizer(
+            pretrain, None, "left", strategy, use_fast=not args.data.disable_fast_tokenizer
+        )
+        BasePPOTrainer.__init__(
+            self,
+            strategy,
+            actor_model_group,
+            critic_model_group,
+            reward_model_group,
+            reference_model_group,
+            vllm_engines,
+            tokenizer,
+        )
         self.experience_maker = self.maker_class(
-            actor_model_group, critic_model_group, reward_model_group, reference_model_group, self.kl_ctl,
-            strategy, tokenizer, advantage_config=config.advantage,
+            actor_model_group,
+            critic_model_group,
+            reward_model_group,
+            reference_model_group,
+            self.kl_ctl,
+            strategy,
+            tokenizer,
+            advantage_config=config.advantage,
         )
         self.run_dir = Path(config.train.output_dir)
-        self.generator = EngineGenerator(vllm_engines, tokenizer, config.generation, config.env.response_format,
-                                         args.data.max_len)
-        self.multiple = pad_multiple(self.cluster.dp_size, args.rollout.micro_batch_size, args.train.batch_size)
+        self.generator = EngineGenerator(
+            vllm_engines, tokenizer, config.generation, config.env.response_format, args.data.max_len
+        )
+        self.multiple = pad_multiple(
+            self.cluster.dp_size, args.rollout.micro_batch_size, args.train.batch_size
+        )
         pool_options = {"backend": "ray", "ray_actor_options": {"num_cpus": self.cluster.env_actor_cpus}}
-        self.pool = make_pool(config.env, config.env.num_groups, config.env.group_size, seed=config.train.seed,
-                              tokenizer=tokenizer, extra_kwargs=pool_options)
+        self.pool = make_pool(
+            config.env,
+            config.env.num_groups,
+            config.env.group_size,
+            seed=config.train.seed,
+            tokenizer=tokenizer,
+            pool_options=pool_options,
+        )
         self.evaluator = Evaluator(config, self.generator, tokenizer)
 
     def get_max_steps(self) -> int:
@@ -152,9 +185,17 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
 
     def save(self, iteration: int) -> None:
         """DeepSpeed checkpoint of the policy on every rank; ``global_step`` is what a resume starts from."""
-        states = {"global_step": iteration, "episode": 0, "total_consumed_prompts": 0, "data_loader_state_dict": {}}
-        ray.get(self.actor_model_group.async_run_method(method_name="save_checkpoint", tag=f"global_step{iteration}",
-                                                         client_states=states))
+        states = {
+            "global_step": iteration,
+            "episode": 0,
+            "total_consumed_prompts": 0,
+            "data_loader_state_dict": {},
+        }
+        ray.get(
+            self.actor_model_group.async_run_method(
+                method_name="save_checkpoint", tag=f"global_step{iteration}", client_states=states
+            )
+        )
 
     # ----------------------------------------------------------------- the loop
     def fit(self, global_step: int = 0) -> None:
@@ -163,8 +204,9 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         start = int(self.init_checkpoint_states().get("global_step", 0))
         if start:
             self.broadcast_to_vllm()  # the engines still hold the base weights
-        logger = MetricsLogger(self.run_dir, self.config.logging, start_iteration=start,
-                               run_config=self.config.to_dict())
+        logger = MetricsLogger(
+            self.run_dir, self.config.logging, start_iteration=start, run_config=self.config.to_dict()
+        )
         try:
             if cfg.eval_every and start == 0:
                 logger.log(0, self.evaluate())
