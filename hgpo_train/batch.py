@@ -80,7 +80,8 @@ class StepBatch:
     prompt_ids: list[np.ndarray]
     response_ids: list[np.ndarray]
     choices: list[Choices | None]
-    """Per row, the token sequences a constrained response was chosen from (None: unconstrained)."""
+    """Per row, the choices (token sequences, slot templates) a constrained response was chosen
+    from (None: unconstrained)."""
     episodes: Episodes
     old_logprobs: list[np.ndarray] | None = None
     extras: dict[str, Any] = field(default_factory=dict)

@@ -224,7 +224,7 @@ def test_unreachable_model_fails_clearly(tmp_path, monkeypatch):
     "env, kwargs",
     [
         ("alfworld", ["env.max_steps=3", "env.kwargs.split=valid_seen", "advantage.estimator=grpo"]),
-        ("webshop", ["env.max_steps=3", "generation.constrained=false"]),
+        ("webshop", ["env.max_steps=3", "generation.constrained=true"]),  # search slots included
     ],
 )
 def test_real_benchmark_one_iteration(env, kwargs, shared_data, tmp_path):
