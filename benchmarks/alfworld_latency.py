@@ -64,7 +64,9 @@ def _play_reference(games: list[Path]) -> tuple[list[float], list[float], dict[s
     return resets, steps, trace
 
 
-def _play_ours(env: gymnasium.Env, task_ids: list[int], trace: dict[str, list]) -> tuple[list[float], list[float]]:
+def _play_ours(
+    env: gymnasium.Env, task_ids: list[int], trace: dict[str, list]
+) -> tuple[list[float], list[float]]:
     plain = env.unwrapped
     resets: list[float] = []
     steps: list[float] = []
@@ -87,9 +89,13 @@ def _row(name: str, samples: list[float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--games", type=int, default=30, help="valid_seen games to play (140 = all)")
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA, help="ALFWorld data root holding valid_seen")
+    parser.add_argument(
+        "--data", type=Path, default=DEFAULT_DATA, help="ALFWorld data root holding valid_seen"
+    )
     args = parser.parse_args(argv)
 
     os.environ["HGPO_DATA"] = tempfile.mkdtemp(prefix="alfworld-bench-")  # an empty compiled-game cache
@@ -110,16 +116,24 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(games)} valid_seen games, {len(ref_steps)} walkthrough steps per env; identical text: yes")
     print(f"{'':<22}{'median ms':>10}{'p95 ms':>10}{'n':>8}")
     for name, samples in [
-        ("alfworld reset", ref_resets), ("ours reset (cold)", cold_resets), ("ours reset (warm)", warm_resets),
-        ("alfworld step", ref_steps), ("ours step (cold)", cold_steps), ("ours step (warm)", warm_steps),
+        ("alfworld reset", ref_resets),
+        ("ours reset (cold)", cold_resets),
+        ("ours reset (warm)", warm_resets),
+        ("alfworld step", ref_steps),
+        ("ours step (cold)", cold_steps),
+        ("ours step (warm)", warm_steps),
     ]:
         print(_row(name, samples))
     print("speed-up (alfworld / ours, medians):")
     for name, ref, ours in [
-        ("reset, cold", ref_resets, cold_resets), ("reset, warm", ref_resets, warm_resets),
-        ("step, cold", ref_steps, cold_steps), ("step, warm", ref_steps, warm_steps),
+        ("reset, cold", ref_resets, cold_resets),
+        ("reset, warm", ref_resets, warm_resets),
+        ("step, cold", ref_steps, cold_steps),
+        ("step, warm", ref_steps, warm_steps),
     ]:
-        print(f"  {name:<12}{np.median(ref) / np.median(ours):>8.1f}x   (p95 {np.percentile(ref, 95) / np.percentile(ours, 95):.1f}x)")
+        print(
+            f"  {name:<12}{np.median(ref) / np.median(ours):>8.1f}x   (p95 {np.percentile(ref, 95) / np.percentile(ours, 95):.1f}x)"
+        )
     print(f"peak RSS growth: alfworld {ref_rss:.0f} MB, ours {ours_rss:.0f} MB (cold + warm)")
     return 0
 

@@ -17,7 +17,23 @@ import time
 from hgpo_env.core import TextEnv
 from hgpo_env.memory import KStepMemory
 
-WORDS = "the a kitchen drawer apple shelf you see open closed on in countertop mug red".split()
+WORDS = (
+    "the",
+    "a",
+    "kitchen",
+    "drawer",
+    "apple",
+    "shelf",
+    "you",
+    "see",
+    "open",
+    "closed",
+    "on",
+    "in",
+    "countertop",
+    "mug",
+    "red",
+)
 
 
 class PagesEnv(TextEnv):
@@ -40,7 +56,7 @@ class PagesEnv(TextEnv):
     num_tasks = 1
     task = "benchmark"
     won = False
-    admissible_actions = ["look", "wait"]
+    admissible_actions = ("look", "wait")
 
     def _start_task(self, task_id: int) -> str:
         self._i = 0
@@ -64,7 +80,9 @@ def time_per_step(env, steps: int, repeats: int = 5) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=20000)
     parser.add_argument("--obs-bytes", type=int, default=1024)
     args = parser.parse_args()

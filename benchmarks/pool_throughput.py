@@ -79,7 +79,9 @@ def run_sequential(args: argparse.Namespace, factory: functools.partial) -> tupl
         step = 0
         while infos:
             for index in list(infos):
-                _, r, terminated, truncated, infos[index] = envs[index].step(policy(step, index, infos[index]))
+                _, r, terminated, truncated, infos[index] = envs[index].step(
+                    policy(step, index, infos[index])
+                )
                 steps, reward = steps + 1, reward + r
                 if terminated or truncated:
                     del infos[index]
@@ -90,7 +92,9 @@ def run_sequential(args: argparse.Namespace, factory: functools.partial) -> tupl
 def run_pool(args: argparse.Namespace, factory: functools.partial) -> tuple[int, float, float]:
     """Steps, total reward and seconds of the rollouts (worker start-up not timed)."""
     steps, reward = 0, 0.0
-    with GroupedEnvPool(factory, args.groups, args.group_size, num_workers=args.workers, backend=args.backend) as pool:
+    with GroupedEnvPool(
+        factory, args.groups, args.group_size, num_workers=args.workers, backend=args.backend
+    ) as pool:
         started = time.perf_counter()
         for round_ in range(args.rounds):
             seeds = [round_ * args.groups + group for group in range(args.groups)]
@@ -166,7 +170,9 @@ def main() -> None:
     parser.add_argument("--variants", default="fast,slow", help="comma-separated: fast, slow")
     parser.add_argument("--slow-ms", type=float, default=50.0, help="CPU work added to each step in 'slow'")
     parser.add_argument("--slow-kind", choices=("cpu", "sleep"), default="cpu", help="what the added work is")
-    parser.add_argument("--slow-max-steps", type=int, default=2, help="episode length in 'slow' (keeps it short)")
+    parser.add_argument(
+        "--slow-max-steps", type=int, default=2, help="episode length in 'slow' (keeps it short)"
+    )
     parser.add_argument("--child", choices=("sequential", "pool"), help=argparse.SUPPRESS)
     parser.add_argument("--variant", choices=("fast", "slow"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -174,10 +180,14 @@ def main() -> None:
         child(args)
         return
     workers = args.workers or len(os.sched_getaffinity(0))
-    print(f"{args.env}: {args.groups} groups x {args.group_size} envs, {args.rounds} rollouts, "
-          f"{args.backend} backend with {workers} workers, {psutil.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.1f} (other work on the machine skews the speed-up)")
-    print(f"{'variant':<20}{'mode':<12}{'steps':>8}{'seconds':>10}{'steps/s':>10}{'CPU s':>8}{'peak RSS MiB':>14}")
+    print(
+        f"{args.env}: {args.groups} groups x {args.group_size} envs, {args.rounds} rollouts, "
+        f"{args.backend} backend with {workers} workers, {psutil.cpu_count()} CPUs, "
+        f"load average {os.getloadavg()[0]:.1f} (other work on the machine skews the speed-up)"
+    )
+    print(
+        f"{'variant':<20}{'mode':<12}{'steps':>8}{'seconds':>10}{'steps/s':>10}{'CPU s':>8}{'peak RSS MiB':>14}"
+    )
     for variant in args.variants.split(","):
         label = f"slow ({args.slow_ms:g} ms {args.slow_kind})" if variant == "slow" else variant
         rows = {}
@@ -185,13 +195,17 @@ def main() -> None:
             argv = sys.argv[1:] + ["--child", mode, "--variant", variant, "--workers", str(workers)]
             row = rows[mode] = measure(argv)
             rate = row["steps"] / row["seconds"]
-            print(f"{label:<20}{mode:<12}{row['steps']:>8}{row['seconds']:>10.2f}{rate:>10.0f}{row['cpu']:>8.1f}"
-                  f"{row['peak_mib']:>14.0f}")
+            print(
+                f"{label:<20}{mode:<12}{row['steps']:>8}{row['seconds']:>10.2f}{rate:>10.0f}{row['cpu']:>8.1f}"
+                f"{row['peak_mib']:>14.0f}"
+            )
         seq, pool = rows["sequential"], rows["pool"]
         if (seq["steps"], seq["reward"]) != (pool["steps"], pool["reward"]):
             raise SystemExit(f"the modes disagree: {seq} vs {pool}")
-        print(f"{'':<20}{'pool/seq':<12}{'':>8}{'':>10}{seq['seconds'] / pool['seconds']:>9.2f}x"
-              f"{pool['cpu'] / seq['cpu']:>7.2f}x{pool['peak_mib'] / seq['peak_mib']:>13.2f}x")
+        print(
+            f"{'':<20}{'pool/seq':<12}{'':>8}{'':>10}{seq['seconds'] / pool['seconds']:>9.2f}x"
+            f"{pool['cpu'] / seq['cpu']:>7.2f}x{pool['peak_mib'] / seq['peak_mib']:>13.2f}x"
+        )
 
 
 if __name__ == "__main__":

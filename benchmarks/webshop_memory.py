@@ -55,25 +55,32 @@ def in_one_process(num_envs: int, folder: Path | None) -> None:
         exercise(env, seed)
     gc.collect()
     total = rss()
-    print(f"one process: interpreter+imports {base:.0f} MiB, first env (catalog, goals, index, nouns) "
-          f"+{one - base:.0f} MiB, {num_envs} envs {total:.0f} MiB in all, "
-          f"{(total - one) / (num_envs - 1) * 1024:.0f} KiB per further env")
+    print(
+        f"one process: interpreter+imports {base:.0f} MiB, first env (catalog, goals, index, nouns) "
+        f"+{one - base:.0f} MiB, {num_envs} envs {total:.0f} MiB in all, "
+        f"{(total - one) / (num_envs - 1) * 1024:.0f} KiB per further env"
+    )
 
 
 def in_a_pool(num_envs: int, workers: int, folder: Path | None) -> None:
     group_size = 8
-    with GroupedEnvPool(played_env, num_envs // group_size, group_size, num_workers=workers,
-                        seed=0, data_path=folder) as pool:
+    with GroupedEnvPool(
+        played_env, num_envs // group_size, group_size, num_workers=workers, seed=0, data_path=folder
+    ) as pool:
         pool.reset()
         for _ in range(2):
             pool.step({i: "<action>click[back to search]</action>" for i in pool.running})
         sizes = [rss(pid) for pid in pool.worker_pids()]
-        print(f"pool: {pool.num_envs} envs on {pool.num_workers} workers, worker RSS "
-              f"{', '.join(f'{s:.0f}' for s in sizes)} MiB ({sum(sizes) / pool.num_envs:.1f} MiB per env in all)")
+        print(
+            f"pool: {pool.num_envs} envs on {pool.num_workers} workers, worker RSS "
+            f"{', '.join(f'{s:.0f}' for s in sizes)} MiB ({sum(sizes) / pool.num_envs:.1f} MiB per env in all)"
+        )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--envs", type=int, default=128)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--no-pool", action="store_true")

@@ -37,15 +37,21 @@ def measure(name: str, catalog: Catalog, num_queries: int) -> None:
         engine.search(query)
         times.append(time.perf_counter() - start)
     median, p95 = median_p95(times)
-    print(f"{name:<34} products {len(catalog):>7}  index ready {ready:6.2f} s  "
-          f"search median {median * 1e3:6.3f} ms  p95 {p95 * 1e3:6.3f} ms  ({len(times)} queries)")
+    print(
+        f"{name:<34} products {len(catalog):>7}  index ready {ready:6.2f} s  "
+        f"search median {median * 1e3:6.3f} ms  p95 {p95 * 1e3:6.3f} ms  ({len(times)} queries)"
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--queries", type=int, default=500)
     parser.add_argument("--large", type=int, default=100_000, help="products in the generated large catalog")
-    parser.add_argument("--no-disk-cache", action="store_true", help="build indexes in a fresh temporary data home")
+    parser.add_argument(
+        "--no-disk-cache", action="store_true", help="build indexes in a fresh temporary data home"
+    )
     args = parser.parse_args()
     if args.no_disk_cache:
         os.environ["HGPO_DATA"] = tempfile.mkdtemp(prefix="hgpo-bench-")

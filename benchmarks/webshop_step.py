@@ -39,7 +39,13 @@ def run(env: gym.Env, episodes: int, wrap: bool) -> dict[str, list[float]]:
                 kind = "buy" if command == "click[buy now]" else "click"
             else:
                 command = plain.expert_action()
-                kind = "search" if command.startswith("search") else "buy" if command == "click[buy now]" else "click"
+                kind = (
+                    "search"
+                    if command.startswith("search")
+                    else "buy"
+                    if command == "click[buy now]"
+                    else "click"
+                )
             action = f"<think>plan</think><action>{command}</action>" if wrap else command
             start = time.perf_counter()
             _, _, terminated, truncated, _ = env.step(action)
@@ -53,11 +59,15 @@ def report(name: str, times: dict[str, list[float]]) -> None:
     for kind in ("all", "search", "click", "buy", "invalid"):
         if times.get(kind):
             median, p95 = median_p95(times[kind])
-            print(f"{name:<22} {kind:<8} n={len(times[kind]):>6}  median {median * 1e6:8.1f} us  p95 {p95 * 1e6:8.1f} us")
+            print(
+                f"{name:<22} {kind:<8} n={len(times[kind]):>6}  median {median * 1e6:8.1f} us  p95 {p95 * 1e6:8.1f} us"
+            )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--episodes", type=int, default=300)
     parser.add_argument("--history-length", type=int, default=2)
     args = parser.parse_args()

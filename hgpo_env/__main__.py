@@ -31,7 +31,9 @@ def demo(env_id: str, seed: int, history_length: int, show_prompts: int) -> bool
         levels = " ".join(f"L{k}={key:#018x}" for k, key in enumerate(info["fingerprints"]))
         print(f"step {step:2d}  {command:<34} reward {float(reward):4.1f}  {levels}")
         done = terminated or truncated
-    print(f"\nresult: {'won' if info['won'] else 'not won'} in {step} steps, return {total}, score {info['score']}")
+    print(
+        f"\nresult: {'won' if info['won'] else 'not won'} in {step} steps, return {total}, score {info['score']}"
+    )
     env.close()
     return bool(info["won"])
 

@@ -60,9 +60,7 @@ def _check_command(text: str, max_action_chars: int) -> ParsedResponse:
         return ParsedResponse(None, "empty action")
     if len(command) > max_action_chars:
         return ParsedResponse(None, f"action longer than {max_action_chars} characters")
-    if not command.isprintable() and any(
-        unicodedata.category(ch)[0] == "C" for ch in command
-    ):
+    if not command.isprintable() and any(unicodedata.category(ch)[0] == "C" for ch in command):
         return ParsedResponse(None, "action contains control or unassigned characters")
     return ParsedResponse(command)
 
@@ -134,11 +132,11 @@ class ParseResponse(gym.Wrapper[str, str, str, str]):
         super().__init__(env)
         parse_response("", response_format)  # validates the format name early
         self.response_format = response_format
-        self._options = dict(
-            require_think=require_think,
-            max_response_chars=max_response_chars,
-            max_action_chars=max_action_chars,
-        )
+        self._options = {
+            "require_think": require_think,
+            "max_response_chars": max_response_chars,
+            "max_action_chars": max_action_chars,
+        }
 
     def reset(self, **kwargs: Any) -> tuple[str, dict[str, Any]]:
         obs, info = self.env.reset(**kwargs)

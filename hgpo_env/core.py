@@ -63,7 +63,9 @@ class TextEnv(gym.Env[str, str], abc.ABC):
         if max_steps < 1:
             raise ValueError(f"max_steps must be at least 1, got {max_steps}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+            raise ValueError(
+                f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}"
+            )
         self.max_steps = max_steps
         self.success_reward = float(success_reward)
         self.render_mode = render_mode

@@ -58,7 +58,7 @@ def _field(text: str) -> bytes:
 class Fingerprinter:
     """Hashes states and step records for one environment family and mode."""
 
-    __slots__ = ("family", "mode", "seed", "_with_actions")
+    __slots__ = ("_with_actions", "family", "mode", "seed")
 
     def __init__(self, family: str, mode: str = "observations_actions") -> None:
         if mode not in FINGERPRINT_MODES:

@@ -112,7 +112,9 @@ class KStepMemory(gym.Wrapper[str, str, str, str]):
             raise ValueError(f"max_prompt_tokens must be positive, got {max_prompt_tokens}")
         if template is None:
             if response_format not in ANSWER_FORMATS:
-                raise ValueError(f"response_format must be one of {tuple(ANSWER_FORMATS)}, got {response_format!r}")
+                raise ValueError(
+                    f"response_format must be one of {tuple(ANSWER_FORMATS)}, got {response_format!r}"
+                )
             template = PromptTemplate(env.unwrapped.prompt_intro, ANSWER_FORMATS[response_format])
         self.history_length = history_length
         self.template = template

@@ -47,13 +47,19 @@ MIN_DRIFT = 1e-3
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="tiny", help="'tiny' (built locally) or a local HF chat model folder")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--model", default="tiny", help="'tiny' (built locally) or a local HF chat model folder"
+    )
     parser.add_argument("--gpus", type=int, default=0, help="GPUs to use (default: all visible, at most 4)")
     parser.add_argument("--iterations", type=int, default=5, help="updates on the fixed batch (>= 3)")
     parser.add_argument("--lr", type=float, default=None, help="default 1e-4 for tiny, 1e-5 otherwise")
     parser.add_argument("--out", default="runs/openrlhf_gpu_check", help="run folder (replaced)")
-    parser.add_argument("--check-resume", action="store_true", help="also relaunch and resume from the checkpoint")
+    parser.add_argument(
+        "--check-resume", action="store_true", help="also relaunch and resume from the checkpoint"
+    )
     return parser.parse_args(argv)
 
 
@@ -93,8 +99,12 @@ def gpu_memory_peaks() -> Iterator[dict[int, int]]:
 
     def poll() -> None:
         while not stop.wait(2.0):
-            out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
-                                 capture_output=True, text=True, check=False).stdout
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout
             for line in out.strip().splitlines():
                 index, used = (int(x) for x in line.split(","))
                 peak[index] = max(peak.get(index, 0), used)
@@ -158,14 +168,19 @@ def check_classes() -> Any:
             with self._engines_awake():
                 out = ray.get(self.vllm_engines[0].generate.remote(ids, params))
             start = len(b.prompt_ids[0])
-            self.engine_logprobs.append([out.prompt_logprobs[i][ids[i]].logprob for i in range(start, len(ids))])
+            self.engine_logprobs.append(
+                [out.prompt_logprobs[i][ids[i]].logprob for i in range(start, len(ids))]
+            )
             return b
 
         def fit(self, global_step: int = 0) -> None:
             super().fit(global_step)
             records = self.experience_maker.records
-            result = {"loss": [r["loss"] for r in records], "actor_logprobs": [r["actor_logprobs"] for r in records],
-                      "engine_logprobs": self.engine_logprobs}
+            result = {
+                "loss": [r["loss"] for r in records],
+                "actor_logprobs": [r["actor_logprobs"] for r in records],
+                "engine_logprobs": self.engine_logprobs,
+            }
             (self.run_dir / "gpu_check_records.json").write_text(json.dumps(result))
 
     return CheckTrainer
@@ -180,18 +195,24 @@ def evaluate(run_dir: Path) -> tuple[dict[str, Any], bool]:
 
     rec = json.loads((run_dir / "gpu_check_records.json").read_text())
     loss = rec["loss"]
-    mismatch = [float(np.mean(np.abs(np.subtract(e, a)))) for e, a in zip(rec["engine_logprobs"], rec["actor_logprobs"])]
+    mismatch = [
+        float(np.mean(np.abs(np.subtract(e, a))))
+        for e, a in zip(rec["engine_logprobs"], rec["actor_logprobs"])
+    ]
     drift = float(np.mean(np.abs(np.subtract(rec["engine_logprobs"][-1], rec["engine_logprobs"][0]))))
     checks = {
         "loss_decreases_on_fixed_batch": {"ok": loss[-1] < loss[0], "loss": loss},
         "weights_reach_vllm": {
-            "ok": max(mismatch) < LOGPROB_TOLERANCE and drift > max(MIN_DRIFT, 2 * max(mismatch[1:] or [0.0])),
-            "engine_vs_policy_logprob_mismatch": mismatch, "engine_logprob_drift": drift,
+            "ok": max(mismatch) < LOGPROB_TOLERANCE
+            and drift > max(MIN_DRIFT, 2 * max(mismatch[1:] or [0.0])),
+            "engine_vs_policy_logprob_mismatch": mismatch,
+            "engine_logprob_drift": drift,
             "tolerance": LOGPROB_TOLERANCE,
         },
         "run_folder_complete": {
-            "ok": (run_dir / "metrics.jsonl").is_file() and any((run_dir / "checkpoints" / "openrlhf" / "_actor").glob(
-                "global_step*")) and (run_dir / "final_model" / "config.json").is_file(),
+            "ok": (run_dir / "metrics.jsonl").is_file()
+            and any((run_dir / "checkpoints" / "openrlhf" / "_actor").glob("global_step*"))
+            and (run_dir / "final_model" / "config.json").is_file(),
         },
     }
     return checks, all(c["ok"] for c in checks.values())
@@ -224,16 +245,38 @@ def run_config(args: argparse.Namespace, gpus: int, out: Path) -> list[str]:
     """Overrides of the check run: Rooms, a few short episodes, colocated on ``gpus`` GPUs."""
     lr = args.lr if args.lr is not None else (1e-4 if args.model == "tiny" else 1e-5)
     return [
-        f"model.name_or_path={args.model}", "env.name=rooms", "env.response_format=plain", "env.max_steps=5",
-        "env.num_groups=4", "env.group_size=4", "env.num_workers=4", "generation.max_new_tokens=32",
-        "advantage.estimator=hgpo", f"update.lr={lr}", "update.kl_coef=0.01", "update.entropy_coef=0.0",
-        f"update.mini_batch_size={8 * gpus}", "update.micro_batch_size=4", f"train.iterations={args.iterations}",
-        f"train.output_dir={out}", "train.save_every=2", "train.eval_every=0", "logging.tensorboard=false",
-        "tiny.hidden_size=256", "tiny.num_heads=4", "tiny.intermediate_size=512", "tiny.vocab_size=2048",
+        f"model.name_or_path={args.model}",
+        "env.name=rooms",
+        "env.response_format=plain",
+        "env.max_steps=5",
+        "env.num_groups=4",
+        "env.group_size=4",
+        "env.num_workers=4",
+        "generation.max_new_tokens=32",
+        "advantage.estimator=hgpo",
+        f"update.lr={lr}",
+        "update.kl_coef=0.01",
+        "update.entropy_coef=0.0",
+        f"update.mini_batch_size={8 * gpus}",
+        "update.micro_batch_size=4",
+        f"train.iterations={args.iterations}",
+        f"train.output_dir={out}",
+        "train.save_every=2",
+        "train.eval_every=0",
+        "logging.tensorboard=false",
+        "tiny.hidden_size=256",
+        "tiny.num_heads=4",
+        "tiny.intermediate_size=512",
+        "tiny.vocab_size=2048",
         "tiny.corpus_episodes=32",
-        f"openrlhf.gpus_per_node={gpus}", f"openrlhf.vllm_num_engines={gpus}", "openrlhf.colocate_all=true",
-        "openrlhf.vllm_gpu_memory_utilization=0.3", "openrlhf.vllm_enable_prefix_caching=false",
-        "openrlhf.vllm_enforce_eager=true", "openrlhf.max_len=2048", "openrlhf.env_actor_cpus=0.5",
+        f"openrlhf.gpus_per_node={gpus}",
+        f"openrlhf.vllm_num_engines={gpus}",
+        "openrlhf.colocate_all=true",
+        "openrlhf.vllm_gpu_memory_utilization=0.3",
+        "openrlhf.vllm_enable_prefix_caching=false",
+        "openrlhf.vllm_enforce_eager=true",
+        "openrlhf.max_len=2048",
+        "openrlhf.env_actor_cpus=0.5",
     ]
 
 
@@ -241,11 +284,16 @@ def check_resume(out: Path, overrides: list[str], iterations: int) -> dict[str, 
     """Relaunch the plain backend for one more iteration; it must resume, not restart."""
     from hgpo_train.tracking import read_metrics
 
-    overrides = [o for o in overrides if not o.startswith("train.iterations=")] + [f"train.iterations={iterations + 1}"]
+    overrides = [o for o in overrides if not o.startswith("train.iterations=")] + [
+        f"train.iterations={iterations + 1}"
+    ]
     proc = subprocess.run([sys.executable, "-m", "hgpo_train.openrlhf", *overrides], cwd=REPO, check=False)
     logged = [r["iteration"] for r in read_metrics(out / "metrics.jsonl")]
-    return {"ok": proc.returncode == 0 and logged == list(range(1, iterations + 2)), "returncode": proc.returncode,
-            "logged_iterations": logged}
+    return {
+        "ok": proc.returncode == 0 and logged == list(range(1, iterations + 2)),
+        "returncode": proc.returncode,
+        "logged_iterations": logged,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -272,11 +320,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.check_resume:
         checks["resume_from_checkpoint"] = check_resume(out, overrides, args.iterations)
         ok = ok and checks["resume_from_checkpoint"]["ok"]
-    result = {"ok": ok, "wall_s": time.perf_counter() - started, "checks": checks,
-              "throughput": throughput(out, peak)}
+    result = {
+        "ok": ok,
+        "wall_s": time.perf_counter() - started,
+        "checks": checks,
+        "throughput": throughput(out, peak),
+    }
     (out / "gpu_check.json").write_text(json.dumps(result, indent=2))
     print("\n" + json.dumps(result, indent=2))
-    print(f"\n{'PASS' if ok else 'FAIL'}: " + ", ".join(f"{k}={'ok' if v['ok'] else 'FAILED'}" for k, v in checks.items()))
+    print(
+        f"\n{'PASS' if ok else 'FAIL'}: "
+        + ", ".join(f"{k}={'ok' if v['ok'] else 'FAILED'}" for k, v in checks.items())
+    )
     return 0 if ok else 1
 
 

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-SHARED_DATA = Path(os.environ.get("HGPO_SHARED_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data")).resolve()
+SHARED_DATA = Path(
+    os.environ.get("HGPO_SHARED_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data")
+).resolve()
 
 
 @pytest.fixture(scope="session")

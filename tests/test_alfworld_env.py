@@ -34,7 +34,13 @@ def alfworld_data(shared_data: Path) -> Path:
 
 
 def _make(data: Path, **kwargs: object) -> gymnasium.Env:
-    kwargs = {"split": "valid_seen", "data_path": data, "response_format": "plain", "disk_cache": False, **kwargs}
+    kwargs = {
+        "split": "valid_seen",
+        "data_path": data,
+        "response_format": "plain",
+        "disk_cache": False,
+        **kwargs,
+    }
     return gymnasium.make("HGPO-ALFWorld-v0", **kwargs)
 
 
@@ -49,7 +55,9 @@ def _replay(data: Path, task_ids: list[int]) -> list[str]:
             _, reward, terminated, truncated, info = env.step(command)
             last = number == len(walkthrough)
             if not info["action_valid"] or terminated != last or (reward == 10.0) != last or truncated:
-                failures.append(f"{info['game_file']}: step {number} {command!r} -> {env.unwrapped.observation!r}")
+                failures.append(
+                    f"{info['game_file']}: step {number} {command!r} -> {env.unwrapped.observation!r}"
+                )
                 break
         else:
             if not info["won"]:
@@ -102,7 +110,10 @@ def test_group_members_share_a_game_by_seed_or_task_id(alfworld_data: Path) -> N
     by_id = [env.reset(options={"task_id": 7})[1] for env in envs]
     assert {info["game_file"] for info in by_id} == {str(envs[0].unwrapped.games[7].path)}
     other = envs[0].reset(seed=124)[1]
-    assert other["initial_fingerprint"] != infos[0]["initial_fingerprint"] or other["game_file"] == infos[0]["game_file"]
+    assert (
+        other["initial_fingerprint"] != infos[0]["initial_fingerprint"]
+        or other["game_file"] == infos[0]["game_file"]
+    )
 
 
 def test_fixed_evaluation_list_covers_the_split_once(alfworld_data: Path) -> None:
@@ -114,7 +125,9 @@ def test_fixed_evaluation_list_covers_the_split_once(alfworld_data: Path) -> Non
     assert sorted(ids) == list(range(VALID_SEEN_GAMES))
     assert len({env.games[i].path for i in ids}) == VALID_SEEN_GAMES
     assert {g.task_type for g in env.games} == set(TASK_TYPES)
-    heat_only = ALFWorldEnv(split="valid_seen", data_path=alfworld_data, task_types=["pick_heat_then_place_in_recep"])
+    heat_only = ALFWorldEnv(
+        split="valid_seen", data_path=alfworld_data, task_types=["pick_heat_then_place_in_recep"]
+    )
     assert {g.task_type for g in heat_only.games} == {"pick_heat_then_place_in_recep"}
     with pytest.raises(ValueError, match="rank"):
         list(evaluation_task_ids(10, 3, 3))
@@ -149,7 +162,9 @@ def test_commands_reach_the_engine_without_admissibility_check(alfworld_data: Pa
     assert env.state_text == "Nothing happens."
 
 
-def test_engine_output_and_argv_stay_contained(alfworld_data: Path, capfd: pytest.CaptureFixture[str]) -> None:
+def test_engine_output_and_argv_stay_contained(
+    alfworld_data: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     argv, snapshot = sys.argv, list(sys.argv)
     data = read_game(next((alfworld_data / "valid_seen").rglob("game.tw-pddl")))
     engine = Engine(CompileCache(None))  # nothing cached: the translator runs
@@ -161,7 +176,9 @@ def test_engine_output_and_argv_stay_contained(alfworld_data: Path, capfd: pytes
     assert out == ""
 
 
-def test_translation_runs_once_per_game(alfworld_data: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_translation_runs_once_per_game(
+    alfworld_data: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     calls = []
     translate = fast_downward.pddl2sas
     monkeypatch.setattr(fast_downward, "pddl2sas", lambda *a, **k: calls.append(1) or translate(*a, **k))
@@ -235,8 +252,13 @@ def test_games_cached_on_disk_play_the_same_in_another_process(alfworld_data: Pa
     runs = []
     for hash_seed in ("1", "2"):
         env = {**os.environ, "HGPO_DATA": str(tmp_path), "PYTHONHASHSEED": hash_seed}
-        out = subprocess.run([sys.executable, "-c", _PLAY_IN_A_NEW_PROCESS, str(alfworld_data)],
-                             env=env, capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", _PLAY_IN_A_NEW_PROCESS, str(alfworld_data)],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
     assert list((tmp_path / "alfworld" / "compiled").rglob("*.pkl.z"))
     assert runs[0] == runs[1] and runs[0][1] is True

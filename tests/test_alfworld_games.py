@@ -41,7 +41,9 @@ def _layout(root: Path, game: dict, split: str = "valid_seen") -> None:
     _write(root, f"{base}/odd-name/trial_c/traj_data.json", {"task_type": "pick_cool_then_place_in_recep"})
     _write(root, f"{base}/pick_and_place_with_movable_recep-Pen-Bowl-Desk-1/trial_d/game.tw-pddl", game)
     _write(root, f"{base}/pick_heat_then_place_in_recep-AppleSliced-None-Desk-1/trial_e/game.tw-pddl", game)
-    _write(root, f"{base}/look_at_obj_in_light-Pen-None-DeskLamp-1/trial_f/traj_data.json", {"task_type": "x"})
+    _write(
+        root, f"{base}/look_at_obj_in_light-Pen-None-DeskLamp-1/trial_f/traj_data.json", {"task_type": "x"}
+    )
 
 
 def test_official_layout_with_and_without_traj_data(tmp_path: Path, real_game: dict) -> None:
@@ -92,7 +94,11 @@ def test_bad_json_and_missing_keys_name_the_file(tmp_path: Path, real_game: dict
 
 def test_unsolvable_games_are_skipped_or_reported(tmp_path: Path, real_game: dict) -> None:
     _write(tmp_path, "valid_seen/pick_and_place_simple-A-None-B-1/trial_1/game.tw-pddl", real_game)
-    path = _write(tmp_path, "valid_seen/pick_and_place_simple-A-None-B-1/trial_2/game.tw-pddl", {**real_game, "solvable": False})
+    path = _write(
+        tmp_path,
+        "valid_seen/pick_and_place_simple-A-None-B-1/trial_2/game.tw-pddl",
+        {**real_game, "solvable": False},
+    )
     assert len(list_games(tmp_path, "valid_seen")) == 1
     with pytest.raises(GameDataError, match=f"{path}: marked unsolvable"):
         list_games(tmp_path, "valid_seen", skip_unsolvable=False)
@@ -104,7 +110,8 @@ def test_unsolvable_games_are_skipped_or_reported(tmp_path: Path, real_game: dic
 
 def test_a_broken_game_fails_at_reset_naming_the_file(tmp_path: Path, real_game: dict) -> None:
     path = _write(
-        tmp_path, "valid_seen/pick_and_place_simple-A-None-B-1/trial_1/game.tw-pddl",
+        tmp_path,
+        "valid_seen/pick_and_place_simple-A-None-B-1/trial_1/game.tw-pddl",
         {**real_game, "pddl_problem": "(define (problem broken"},
     )
     env = ALFWorldEnv(split="valid_seen", data_path=tmp_path, disk_cache=False)
@@ -112,7 +119,9 @@ def test_a_broken_game_fails_at_reset_naming_the_file(tmp_path: Path, real_game:
         env.reset(options={"task_id": 0})
 
 
-def test_listing_is_cached_until_a_file_changes(tmp_path: Path, real_game: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_listing_is_cached_until_a_file_changes(
+    tmp_path: Path, real_game: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _layout(tmp_path, real_game)
     first = list_games(tmp_path, "valid_seen")
     monkeypatch.setattr(games_module, "_SCANNED", {})  # a new process: only the index file is left
@@ -120,7 +129,11 @@ def test_listing_is_cached_until_a_file_changes(tmp_path: Path, real_game: dict,
     assert list_games(tmp_path, "valid_seen") == first
     monkeypatch.undo()
     monkeypatch.setenv("HGPO_DATA", str(tmp_path / "home"))
-    _write(tmp_path, "json_2.1.1/valid_seen/pick_two_obj_and_place-Pen-None-Desk-1/trial_z/game.tw-pddl", real_game)
+    _write(
+        tmp_path,
+        "json_2.1.1/valid_seen/pick_two_obj_and_place-Pen-None-Desk-1/trial_z/game.tw-pddl",
+        real_game,
+    )
     assert len(list_games(tmp_path, "valid_seen")) == 4
 
 

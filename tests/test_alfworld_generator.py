@@ -54,7 +54,9 @@ def test_each_type_is_solvable_and_won_by_its_plan(generated: dict, task_type: s
 
 def test_games_use_alfworlds_vocabulary_and_are_deterministic(generated: dict) -> None:
     for made in generated.values():
-        kinds = {line.split("Type - ")[0] for line in made.game["pddl_problem"].splitlines() if "Type - " in line}
+        kinds = {
+            line.split("Type - ")[0] for line in made.game["pddl_problem"].splitlines() if "Type - " in line
+        }
         assert kinds <= set(alfred.OBJECTS) | {"SinkBasin", "BathtubBasin"}
         assert made.traj["scene"]["scene_num"] in alfred.TRAIN_SCENE_NUMBERS
     engine = Engine(CompileCache(None))

@@ -114,7 +114,9 @@ def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile
 
 
 def test_safe_extract_unpacks_tar_and_zip(tmp_path: Path) -> None:
-    archive = _tar(tmp_path / "a.tgz", (_member("d/x.txt"), b"x"), (_member("d/l", tarfile.SYMTYPE, "x.txt"), b""))
+    archive = _tar(
+        tmp_path / "a.tgz", (_member("d/x.txt"), b"x"), (_member("d/l", tarfile.SYMTYPE, "x.txt"), b"")
+    )
     safe_extract(archive, tmp_path / "out")
     assert (tmp_path / "out" / "d" / "l").read_text() == "x"
     with zipfile.ZipFile(tmp_path / "b.zip", "w") as bundle:

@@ -62,10 +62,20 @@ def module_fingerprints(family: str, mode: str, episode, t: int, k_max: int) -> 
 # Computed with spec_fingerprints above and pinned, so that any change of format (or of xxhash)
 # fails here and becomes a deliberate version bump.
 GOLDEN_LAST_STEP = {
-    "observations_actions": (7558638359369421866, 17004361046104332896, 12790817932690361356,
-                             18235499071021472994, 11491164223236008687),
-    "observations": (961524062894530486, 12031227707941462067, 4601519392680583804,
-                     1447996409674795343, 16096149539674547860),
+    "observations_actions": (
+        7558638359369421866,
+        17004361046104332896,
+        12790817932690361356,
+        18235499071021472994,
+        11491164223236008687,
+    ),
+    "observations": (
+        961524062894530486,
+        12031227707941462067,
+        4601519392680583804,
+        1447996409674795343,
+        16096149539674547860,
+    ),
 }
 
 
@@ -129,8 +139,13 @@ def test_stable_across_processes():
         "f = F('rooms')\n"
         "print(f.levels(f.state('s'), [f.record(f.state('p'), 'go')], 3))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={"PYTHONHASHSEED": "12345", "PATH": ""})
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PYTHONHASHSEED": "12345", "PATH": ""},
+    )
     fp = Fingerprinter("rooms")
     assert out.stdout.strip() == str(fp.levels(fp.state("s"), [fp.record(fp.state("p"), "go")], 3))
 
@@ -166,7 +181,9 @@ def test_level_k_equal_iff_last_k_steps_agree(a, b, k, mode):
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.text(alphabet=st.characters(codec="utf-8"), max_size=60) | st.text(alphabet=" \t\n\x1cab", max_size=20))
+@given(
+    st.text(alphabet=st.characters(codec="utf-8"), max_size=60) | st.text(alphabet=" \t\n\x1cab", max_size=20)
+)
 def test_canonical_text_fast_path_agrees_with_the_definition(text):
     import unicodedata
 

@@ -81,7 +81,7 @@ def test_fingerprints_follow_the_shown_history():
 def test_invalid_response_is_remembered_as_no_action():
     env = gym.make("HGPO-Rooms-v0")  # think_action format
     env.reset(options=TASK)
-    prompt, reward, terminated, truncated, info = env.step("I am not sure")
+    prompt, *_, info = env.step("I am not sure")
     assert info["parsed_action"] is None and not info["action_valid"]
     assert info["parse_error"].startswith("no <action>")
     assert "[Step 1] Action: (no valid action)" in prompt
@@ -116,7 +116,10 @@ def test_token_budget_shrinks_history_and_zeroes_levels():
     assert info["history_used"] < 4
     assert len(WordTokenizer().encode(prompt)) <= budget
     assert info["fingerprints"][info["history_used"] + 1 :] == (MISSING,) * (4 - info["history_used"])
-    assert info["fingerprints"][: info["history_used"] + 1] == rollout[-1][1]["fingerprints"][: info["history_used"] + 1]
+    assert (
+        info["fingerprints"][: info["history_used"] + 1]
+        == rollout[-1][1]["fingerprints"][: info["history_used"] + 1]
+    )
     assert per_step > 0
 
     tiny = make(history_length=2, tokenizer=WordTokenizer(), max_prompt_tokens=5)

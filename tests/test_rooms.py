@@ -34,7 +34,9 @@ def test_split_keeps_held_out_tasks_out_of_training():
         assert train.task_id >= HELD_OUT_TASKS > evaluation.task_id
 
 
-@pytest.mark.parametrize("difficulty", [{}, {"min_rooms": 8, "max_rooms": 12, "max_task_items": 3, "lock_probability": 1.0}])
+@pytest.mark.parametrize(
+    "difficulty", [{}, {"min_rooms": 8, "max_rooms": 12, "max_task_items": 3, "lock_probability": 1.0}]
+)
 def test_expert_wins_every_task(difficulty):
     env = RoomsEnv(max_steps=200, **difficulty)
     types = set()
@@ -90,7 +92,7 @@ def test_hidden_state_makes_equal_observations_with_different_histories():
     env.reset(options={"task_id": task_id})
     env.step(takes[0])
     env.step(goes[0])
-    assert env.state_text == empty_handed and env._carried() == [takes[0][len("take "):]]
+    assert env.state_text == empty_handed and env._carried() == [takes[0][len("take ") :]]
 
 
 def test_bad_options_raise_clearly():

@@ -97,7 +97,9 @@ def test_partial_steps_equal_in_process_envs(backend: str) -> None:
     with GroupedEnvPool("HGPO-Rooms-v0", 3, 4, num_workers=2, backend=backend, **kwargs) as pool:
         for result in pool.reset(seeds=seeds, task_ids=task_ids):
             group = result.group
-            expected = reference[result.env_index].reset(seed=seeds[group], options={"task_id": task_ids[group]})
+            expected = reference[result.env_index].reset(
+                seed=seeds[group], options={"task_id": task_ids[group]}
+            )
             assert (result.obs, result.info) == expected
         calls = 0
         while pool.running:
@@ -116,7 +118,13 @@ def test_partial_steps_equal_in_process_envs(backend: str) -> None:
             assert [r.env_index for r in results] == chosen
             for result in results:
                 expected = reference[result.env_index].step(actions[result.env_index])
-                assert (result.obs, result.reward, result.terminated, result.truncated, result.info) == expected
+                assert (
+                    result.obs,
+                    result.reward,
+                    result.terminated,
+                    result.truncated,
+                    result.info,
+                ) == expected
             calls += 1
         assert calls > 12  # the random subsets made the episodes advance unevenly
         with pytest.raises(RuntimeError, match=r"env 0 \(group 0, member 0\) finished its episode"):

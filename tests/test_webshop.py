@@ -75,7 +75,9 @@ def test_pages_follow_the_original_text_layout():
     instruction = env.goal.instruction_text
     assert obs == f"WebShop [SEP] Instruction: [SEP] {instruction} [SEP] Search"
     obs, *_ = env.step(env.expert_action())
-    assert obs.startswith(f"Instruction: [SEP] {instruction} [SEP] Back to Search [SEP] Page 1 (Total results: ")
+    assert obs.startswith(
+        f"Instruction: [SEP] {instruction} [SEP] Back to Search [SEP] Page 1 (Total results: "
+    )
     assert env.state_text == obs.removeprefix(f"Instruction: [SEP] {instruction} [SEP] ")
     first = env.catalog.products[env.session.results[0]]
     assert f"Next > [SEP] {first.asin} [SEP] {first.title} [SEP] {first.price_tag}" in obs
@@ -86,8 +88,14 @@ def test_pages_follow_the_original_text_layout():
         "[SEP] Description [SEP] Features [SEP] Reviews [SEP] Buy Now"
     )
     actions = env.admissible_actions
-    assert actions[:6] == ["click[back to search]", "click[< prev]", "click[description]", "click[features]",
-                           "click[reviews]", "click[buy now]"]
+    assert actions[:6] == [
+        "click[back to search]",
+        "click[< prev]",
+        "click[description]",
+        "click[features]",
+        "click[reviews]",
+        "click[buy now]",
+    ]
     assert {f"click[{v}]" for vs in product.options.values() for v in vs} <= set(actions)
     env.step("click[Features]")
     assert env.state_text == " [SEP] ".join(["Back to Search", "< Prev", *product.bullet_points])
@@ -155,9 +163,21 @@ def test_invalid_commands_change_nothing(page):
         env.step(env.expert_action())
     if page == "item":
         go_to_item(env)
-    bad = ["click[no such button]", "click[]", "search[]", "search[laptop", "click buy now]", "[buy now]",
-           "buy now", "clickk[buy now]", "search [laptop]", "x" * 100_000, f"search[{'y' * 600}]",
-           SEARCH_PLACEHOLDER, ""]
+    bad = [
+        "click[no such button]",
+        "click[]",
+        "search[]",
+        "search[laptop",
+        "click buy now]",
+        "[buy now]",
+        "buy now",
+        "clickk[buy now]",
+        "search [laptop]",
+        "x" * 100_000,
+        f"search[{'y' * 600}]",
+        SEARCH_PLACEHOLDER,
+        "",
+    ]
     if page != "search":
         bad.append("search[red shoes]")  # no search box here
     else:
@@ -184,20 +204,32 @@ def test_clicks_match_case_insensitively_and_searches_accept_any_text():
 # ----------------------------------------------------------------- reward, hand computed
 def _product(**changes) -> Product:
     base = Product(
-        asin="H000000001", title="Cotton Kitchen Towel", description="Soft towels. Paraben free dye.",
-        bullet_points=("Absorbent", "Machine washable"), pricing=(20.0,), price_tag="$20.0",
+        asin="H000000001",
+        title="Cotton Kitchen Towel",
+        description="Soft towels. Paraben free dye.",
+        bullet_points=("Absorbent", "Machine washable"),
+        pricing=(20.0,),
+        price_tag="$20.0",
         options={"color": ("jet black", "white"), "size": ("large", "x-large")},
-        attributes=("tea tree oil", "cotton"), category="garden", query="kitchen towels",
-        product_category="Home & Kitchen › Kitchen & Dining › Kitchen Linens › Kitchen Towels", rating="4.5",
+        attributes=("tea tree oil", "cotton"),
+        category="garden",
+        query="kitchen towels",
+        product_category="Home & Kitchen › Kitchen & Dining › Kitchen Linens › Kitchen Towels",
+        rating="4.5",
     )
     return dataclasses.replace(base, **changes)
 
 
 def _goal(**changes) -> Goal:
     base = Goal(
-        asin="H000000001", name="Cotton Kitchen Towel", category="garden", query="kitchen towels",
+        asin="H000000001",
+        name="Cotton Kitchen Towel",
+        category="garden",
+        query="kitchen towels",
         product_category="Home & Kitchen › Kitchen & Dining › Kitchen Linens › Kitchen Towels",
-        instruction_text="i need kitchen towels", attributes=("tea tree",), options=("black", "large"),
+        instruction_text="i need kitchen towels",
+        attributes=("tea tree",),
+        options=("black", "large"),
         price_upper=30.0,
     )
     return dataclasses.replace(base, **changes)
@@ -206,7 +238,9 @@ def _goal(**changes) -> Goal:
 def test_attribute_reward_counts_fuzzy_and_literal_matches():
     goal = _goal(attributes=("tea tree", "paraben free", "long lasting"), options=())
     details = score_purchase(_product(), 20.0, {}, goal)  # fuzzy, in the description, missing
-    assert details.r_attribute == pytest.approx(2 / 3) and details.score == pytest.approx((2 + 0 + 1) / (3 + 0 + 1))
+    assert details.r_attribute == pytest.approx(2 / 3) and details.score == pytest.approx(
+        (2 + 0 + 1) / (3 + 0 + 1)
+    )
 
 
 def test_option_reward_normalises_colours_and_matches_sizes_exactly():
@@ -215,7 +249,9 @@ def test_option_reward_normalises_colours_and_matches_sizes_exactly():
     partial = score_purchase(_product(), 20.0, {"color": "jet black", "size": "x-large"}, goal)
     assert partial.r_option == 0.5 and partial.score == pytest.approx((1 + 1 + 1) / (1 + 2 + 1))
     literal = score_purchase(_product(), 20.0, {"color": "white", "size": "absorbent"}, goal)
-    assert literal.r_option == 0.5  # "absorbent" is in the bullet points, "white" is neither asked nor written
+    assert (
+        literal.r_option == 0.5
+    )  # "absorbent" is in the bullet points, "white" is neither asked nor written
 
 
 def test_price_reward_needs_the_price_under_the_cap():
@@ -232,15 +268,21 @@ def test_type_reward_from_query_category_and_title_nouns():
     goal = _goal(options=(), attributes=("cotton",))
     cases = [
         ("Stainless Steel Kitchen Knife", "Cotton Kitchen Towel", 1.0),  # 1 of 3 nouns > 20%
-        ("Organic Soap and Hair Shampoo", long_name, 0.5),                # 2 of 12: 17%
-        ("Cotton Towel for Sensitive Skin", long_name, 0.1),              # 1 of 12: 8%
-        ("Cotton Kitchen Towel", long_name, 0.0),                         # no shared noun
+        ("Organic Soap and Hair Shampoo", long_name, 0.5),  # 2 of 12: 17%
+        ("Cotton Towel for Sensitive Skin", long_name, 0.1),  # 1 of 12: 8%
+        ("Cotton Kitchen Towel", long_name, 0.0),  # no shared noun
     ]
     for title, goal_name, r_type in cases:
-        details = score_purchase(_product(title=title, **other), 20.0, {}, dataclasses.replace(goal, name=goal_name))
+        details = score_purchase(
+            _product(title=title, **other), 20.0, {}, dataclasses.replace(goal, name=goal_name)
+        )
         assert details.r_type == r_type and details.score == r_type, title  # attribute and price match
-    same_category = score_purchase(_product(title="Organic Soap and Hair Shampoo", query="other"), 20.0, {},
-                                   dataclasses.replace(goal, name=long_name))
+    same_category = score_purchase(
+        _product(title="Organic Soap and Hair Shampoo", query="other"),
+        20.0,
+        {},
+        dataclasses.replace(goal, name=long_name),
+    )
     assert same_category.category_match and same_category.r_type == 1.0
 
 
@@ -317,10 +359,19 @@ def _official_like(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     records, attributes = [], {}
     for product in generate_catalog(30).products:
-        records.append({"asin": product.asin, "name": product.title, "pricing": list(product.pricing),
-                        "customization_options": "", "small_description": list(product.bullet_points),
-                        "full_description": product.description, "category": product.category,
-                        "query": product.query, "product_category": product.product_category})
+        records.append(
+            {
+                "asin": product.asin,
+                "name": product.title,
+                "pricing": list(product.pricing),
+                "customization_options": "",
+                "small_description": list(product.bullet_points),
+                "full_description": product.description,
+                "category": product.category,
+                "query": product.query,
+                "product_category": product.product_category,
+            }
+        )
         attributes[product.asin] = {"attributes": list(product.attributes)}
     (folder / "items_shuffle_1000.json").write_text(json.dumps(records))
     (folder / "items_ins_v2_1000.json").write_text(json.dumps(attributes))
@@ -351,8 +402,7 @@ def test_data_lookup_order(monkeypatch, tmp_path):
 def test_download_fetches_verifies_and_rejects_non_json(monkeypatch, tmp_path):
     source = _official_like(tmp_path / "remote")
     (source / "items_human_ins.json").write_text("{}")
-    files = {name: (path.as_uri(), None) for name, path in
-             ((p.name, p) for p in source.iterdir())}
+    files = {name: (path.as_uri(), None) for name, path in ((p.name, p) for p in source.iterdir())}
     monkeypatch.setattr(sources, "OFFICIAL_FILES", files)
     dest = sources.download(tmp_path / "local")
     assert sorted(p.name for p in dest.iterdir()) == sorted(files)
@@ -362,7 +412,9 @@ def test_download_fetches_verifies_and_rejects_non_json(monkeypatch, tmp_path):
     with pytest.raises(ValueError, match="not JSON"):
         sources.download(tmp_path / "local")
     assert not (tmp_path / "local" / "broken.json").exists()
-    monkeypatch.setattr(sources, "OFFICIAL_FILES", {"x.json": ((source / "items_human_ins.json").as_uri(), "0" * 64)})
+    monkeypatch.setattr(
+        sources, "OFFICIAL_FILES", {"x.json": ((source / "items_human_ins.json").as_uri(), "0" * 64)}
+    )
     with pytest.raises(ValueError, match="checksum"):
         sources.download(tmp_path / "local")
 

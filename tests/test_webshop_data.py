@@ -51,7 +51,9 @@ def test_catalog_loads_every_product_as_the_original_processes_it(catalog):
         price = catalog.prices[catalog.index_of[p.asin]]  # some raw ranges run high to low
         assert p.price_tag == f"${low} to ${high}" and min(low, high) <= price <= max(low, high)
     with_options = [p for p in catalog.products if p.options]
-    assert with_options and all(v == v.lower() and "/" not in v for p in with_options for vs in p.options.values() for v in vs)
+    assert with_options and all(
+        v == v.lower() and "/" not in v for p in with_options for vs in p.options.values() for v in vs
+    )
 
 
 def test_synthetic_goals_and_the_standard_split(catalog):

@@ -7,4 +7,12 @@ from hgpo_env.vector.host import EnvSpec
 from hgpo_env.vector.pool import BACKENDS, GroupedEnvPool
 from hgpo_env.vector.results import GroupMismatchError, PoolError, ResetResult, StepResult
 
-__all__ = ["BACKENDS", "EnvSpec", "GroupMismatchError", "GroupedEnvPool", "PoolError", "ResetResult", "StepResult"]
+__all__ = [
+    "BACKENDS",
+    "EnvSpec",
+    "GroupMismatchError",
+    "GroupedEnvPool",
+    "PoolError",
+    "ResetResult",
+    "StepResult",
+]

@@ -49,8 +49,10 @@ class EnvHost:
 
     def reset(self, requests: Sequence[tuple[int, int | None, dict[str, Any] | None]]) -> list[Reply]:
         """Reset each ``(env_index, seed, options)`` in turn."""
-        return [self._run(index, "reset", self.envs[index].reset, seed=seed, options=options)
-                for index, seed, options in requests]
+        return [
+            self._run(index, "reset", self.envs[index].reset, seed=seed, options=options)
+            for index, seed, options in requests
+        ]
 
     def step(self, requests: Sequence[tuple[int, str]]) -> list[Reply]:
         """Step each ``(env_index, action)`` in turn; rewards become plain floats."""
@@ -70,4 +72,6 @@ class EnvHost:
         try:
             return Reply(index, call(*args, **kwargs))
         except Exception as error:  # noqa: BLE001  -- containing env faults is the point
-            return Reply(index, None, f"env {what} raised {type(error).__name__}: {error}", traceback.format_exc())
+            return Reply(
+                index, None, f"env {what} raised {type(error).__name__}: {error}", traceback.format_exc()
+            )

@@ -196,10 +196,14 @@ class GroupedEnvPool:
         self._status = [_Status.IDLE] * self.num_envs
         self._lost.clear()
         replies = self._run("reset", batches, self.reset_timeout)
-        errors = [f"{self._name(index)}: {error}" for index, error in replies.items() if isinstance(error, str)]
+        errors = [
+            f"{self._name(index)}: {error}" for index, error in replies.items() if isinstance(error, str)
+        ]
         if errors:
-            raise PoolError(f"reset failed for {len(errors)} env(s); the pool is usable, call reset() again:\n"
-                            + "\n".join(errors[:8]))
+            raise PoolError(
+                f"reset failed for {len(errors)} env(s); the pool is usable, call reset() again:\n"
+                + "\n".join(errors[:8])
+            )
         results = []
         for index in range(self.num_envs):
             obs, info = replies[index].value
@@ -212,18 +216,26 @@ class GroupedEnvPool:
     def _check_groups(self, results: list[ResetResult], seeds: Sequence[int], options: Sequence[Any]) -> None:
         missing = [r.env_index for r in results if "initial_fingerprint" not in r.info]
         if missing:
-            raise PoolError(f"envs {missing[:8]} report no info['initial_fingerprint']: the pool needs envs "
-                            "with the K-step memory wrapper (every HGPO-* id has it)")
+            raise PoolError(
+                f"envs {missing[:8]} report no info['initial_fingerprint']: the pool needs envs "
+                "with the K-step memory wrapper (every HGPO-* id has it)"
+            )
         mismatches = []
         for group in range(self.num_groups):
-            found = {m: results[i].info["initial_fingerprint"] for m, i in enumerate(self._layout.members(group))}
+            found = {
+                m: results[i].info["initial_fingerprint"] for m, i in enumerate(self._layout.members(group))
+            }
             if len(set(found.values())) > 1:
                 tasks = sorted({results[i].info.get("task", "?") for i in self._layout.members(group)})
-                mismatches.append(f"group {group} (seed {seeds[group]}, options {options[group]}): "
-                                  f"initial_fingerprint by member {found}; tasks {tasks}")
+                mismatches.append(
+                    f"group {group} (seed {seeds[group]}, options {options[group]}): "
+                    f"initial_fingerprint by member {found}; tasks {tasks}"
+                )
         if mismatches:
-            raise GroupMismatchError(f"{len(mismatches)} group(s) started from different initial states, "
-                                     "so their members are not comparable:\n" + "\n".join(mismatches[:8]))
+            raise GroupMismatchError(
+                f"{len(mismatches)} group(s) started from different initial states, "
+                "so their members are not comparable:\n" + "\n".join(mismatches[:8])
+            )
 
     # ----------------------------------------------------------------- step
     def step(self, actions: Mapping[int, str]) -> list[StepResult]:
@@ -327,5 +339,7 @@ class GroupedEnvPool:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"GroupedEnvPool({self.env_id!r}, num_groups={self.num_groups}, group_size={self.group_size}, "
-                f"num_workers={self.num_workers}, backend={self.backend!r})")
+        return (
+            f"GroupedEnvPool({self.env_id!r}, num_groups={self.num_groups}, group_size={self.group_size}, "
+            f"num_workers={self.num_workers}, backend={self.backend!r})"
+        )

@@ -48,7 +48,11 @@ def _serve(conn: Connection, env: EnvSpec, env_kwargs: Mapping[str, Any], env_in
 
 class ProcessWorkers(Workers):
     def __init__(
-        self, env: EnvSpec, env_kwargs: Mapping[str, Any], hosted: Sequence[Sequence[int]], start_timeout: float
+        self,
+        env: EnvSpec,
+        env_kwargs: Mapping[str, Any],
+        hosted: Sequence[Sequence[int]],
+        start_timeout: float,
     ) -> None:
         super().__init__(hosted, start_timeout)
         self._context = multiprocessing.get_context("spawn")

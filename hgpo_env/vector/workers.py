@@ -64,7 +64,9 @@ class Workers(abc.ABC):
         """Launch every worker and wait until all have made their envs."""
         self._boot(range(len(self.hosted)))
 
-    def run(self, method: str, batches: Mapping[int, list[Any]], timeout: float) -> dict[int, list[Reply] | str]:
+    def run(
+        self, method: str, batches: Mapping[int, list[Any]], timeout: float
+    ) -> dict[int, list[Reply] | str]:
         """Each worker's replies to its batch, or the reason it failed (it is then restarted)."""
         started = time.monotonic()
         replies: dict[int, Any] = {}
@@ -79,8 +81,10 @@ class Workers(abc.ABC):
         failed = [worker for worker, reply in replies.items() if isinstance(reply, WorkerFailure)]
         for worker in failed:
             pid = f"(pid {self._pids[worker]}) " if self._pids[worker] > 0 else ""
-            replies[worker] = (f"{pid}{replies[worker]} while running {len(batches[worker])} env {method}(s), "
-                               f"{timeout:g} s allowed each")
+            replies[worker] = (
+                f"{pid}{replies[worker]} while running {len(batches[worker])} env {method}(s), "
+                f"{timeout:g} s allowed each"
+            )
             self._stop(worker)
         if failed:
             self.restarts += len(failed)
@@ -120,6 +124,8 @@ class Workers(abc.ABC):
                 pending.discard(worker)
             now = time.monotonic()
             for worker in [w for w in pending if deadlines[w] <= now]:
-                replies[worker] = WorkerFailure(f"gave no answer within {budgets[worker]:.3g} s and was killed")
+                replies[worker] = WorkerFailure(
+                    f"gave no answer within {budgets[worker]:.3g} s and was killed"
+                )
                 pending.discard(worker)
         return replies

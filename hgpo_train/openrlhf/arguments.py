@@ -28,51 +28,92 @@ REWARD_SOURCE = "hgpo-env"
 reward-model actor group on GPUs. Rewards come from the envs, already set on every sample."""
 
 
-def openrlhf_argv(config: Config, cluster: OpenRLHFConfig, *, checkpoint_dir: str, final_dir: str) -> list[str]:
+def openrlhf_argv(
+    config: Config, cluster: OpenRLHFConfig, *, checkpoint_dir: str, final_dir: str
+) -> list[str]:
     """OpenRLHF flags for this run; ``cluster.extra_args`` come last, so they win."""
     update, gen, model = config.update, config.generation, config.model
     rollout_micro = cluster.rollout_micro_batch_size or update.micro_batch_size
     argv = [
-        "--actor.model_name_or_path", model.name_or_path,
-        "--actor.num_nodes", str(cluster.num_nodes),
-        "--actor.num_gpus_per_node", str(cluster.gpus_per_node),
-        "--ref.num_nodes", str(cluster.num_nodes),
-        "--ref.num_gpus_per_node", str(cluster.gpus_per_node),
-        "--vllm.num_engines", str(cluster.vllm_num_engines),
-        "--vllm.tensor_parallel_size", str(cluster.vllm_tensor_parallel_size),
-        "--vllm.gpu_memory_utilization", str(cluster.vllm_gpu_memory_utilization),
-        "--vllm.sync_backend", cluster.vllm_sync_backend,
-        "--ds.zero_stage", str(cluster.zero_stage),
-        "--ds.param_dtype", cluster.param_dtype,
-        "--ds.attn_implementation", cluster.attn_implementation,
-        "--data.max_len", str(cluster.max_len),
-        "--rollout.max_new_tokens", str(gen.max_new_tokens),
-        "--rollout.temperature", str(gen.temperature),
-        "--rollout.top_p", str(gen.top_p),
-        "--rollout.batch_size", str(config.env.num_groups),
-        "--rollout.n_samples_per_prompt", str(config.env.group_size),
-        "--rollout.micro_batch_size", str(rollout_micro),
-        "--train.micro_batch_size", str(update.micro_batch_size),
-        "--train.batch_size", str(update.mini_batch_size),
-        "--train.max_epochs", str(update.ppo_epochs),
-        "--train.seed", str(config.train.seed),
-        "--actor.adam.lr", str(update.lr),
-        "--actor.adam.weight_decay", str(update.weight_decay),
-        "--actor.lr_scheduler", "constant",
-        "--actor.eps_clip", str(update.clip_ratio),
-        "--actor.max_norm", str(update.max_grad_norm),
-        "--actor.entropy_coef", str(update.entropy_coef),
-        "--actor.loss_agg_mode", "token-mean",
-        "--algo.advantage.estimator", ESTIMATOR_PLACEHOLDER,
-        "--algo.kl.init_coef", str(update.kl_coef),
+        "--actor.model_name_or_path",
+        model.name_or_path,
+        "--actor.num_nodes",
+        str(cluster.num_nodes),
+        "--actor.num_gpus_per_node",
+        str(cluster.gpus_per_node),
+        "--ref.num_nodes",
+        str(cluster.num_nodes),
+        "--ref.num_gpus_per_node",
+        str(cluster.gpus_per_node),
+        "--vllm.num_engines",
+        str(cluster.vllm_num_engines),
+        "--vllm.tensor_parallel_size",
+        str(cluster.vllm_tensor_parallel_size),
+        "--vllm.gpu_memory_utilization",
+        str(cluster.vllm_gpu_memory_utilization),
+        "--vllm.sync_backend",
+        cluster.vllm_sync_backend,
+        "--ds.zero_stage",
+        str(cluster.zero_stage),
+        "--ds.param_dtype",
+        cluster.param_dtype,
+        "--ds.attn_implementation",
+        cluster.attn_implementation,
+        "--data.max_len",
+        str(cluster.max_len),
+        "--rollout.max_new_tokens",
+        str(gen.max_new_tokens),
+        "--rollout.temperature",
+        str(gen.temperature),
+        "--rollout.top_p",
+        str(gen.top_p),
+        "--rollout.batch_size",
+        str(config.env.num_groups),
+        "--rollout.n_samples_per_prompt",
+        str(config.env.group_size),
+        "--rollout.micro_batch_size",
+        str(rollout_micro),
+        "--train.micro_batch_size",
+        str(update.micro_batch_size),
+        "--train.batch_size",
+        str(update.mini_batch_size),
+        "--train.max_epochs",
+        str(update.ppo_epochs),
+        "--train.seed",
+        str(config.train.seed),
+        "--actor.adam.lr",
+        str(update.lr),
+        "--actor.adam.weight_decay",
+        str(update.weight_decay),
+        "--actor.lr_scheduler",
+        "constant",
+        "--actor.eps_clip",
+        str(update.clip_ratio),
+        "--actor.max_norm",
+        str(update.max_grad_norm),
+        "--actor.entropy_coef",
+        str(update.entropy_coef),
+        "--actor.loss_agg_mode",
+        "token-mean",
+        "--algo.advantage.estimator",
+        ESTIMATOR_PLACEHOLDER,
+        "--algo.kl.init_coef",
+        str(update.kl_coef),
         "--algo.kl.use_loss",
-        "--algo.kl.estimator", "k3",
-        "--reward.remote_url", REWARD_SOURCE,
-        "--ckpt.path", checkpoint_dir,
-        "--ckpt.output_dir", final_dir,
-        "--ckpt.max_num", str(config.train.keep_checkpoints),
-        "--eval.steps", "-1",
-        "--ckpt.save_steps", "-1",
+        "--algo.kl.estimator",
+        "k3",
+        "--reward.remote_url",
+        REWARD_SOURCE,
+        "--ckpt.path",
+        checkpoint_dir,
+        "--ckpt.output_dir",
+        final_dir,
+        "--ckpt.max_num",
+        str(config.train.keep_checkpoints),
+        "--eval.steps",
+        "-1",
+        "--ckpt.save_steps",
+        "-1",
     ]
     flags = {
         "--train.colocate_all": cluster.colocate_all,
@@ -88,8 +129,16 @@ def openrlhf_argv(config: Config, cluster: OpenRLHFConfig, *, checkpoint_dir: st
     }
     argv += [flag for flag, on in flags.items() if on]
     if model.lora_rank > 0:
-        argv += ["--ds.lora.rank", str(model.lora_rank), "--ds.lora.alpha", str(model.lora_alpha),
-                 "--ds.lora.dropout", str(model.lora_dropout), "--ds.lora.target_modules", *model.lora_target_modules]
+        argv += [
+            "--ds.lora.rank",
+            str(model.lora_rank),
+            "--ds.lora.alpha",
+            str(model.lora_alpha),
+            "--ds.lora.dropout",
+            str(model.lora_dropout),
+            "--ds.lora.target_modules",
+            *model.lora_target_modules,
+        ]
     return argv + list(cluster.extra_args)
 
 
@@ -125,8 +174,11 @@ def resolve(argv: list[str]) -> SimpleNamespace:
         raise _Resolved(args)
 
     # train() calls ray.init() unless Ray is up, then get_strategy(args): say Ray is up, stop there.
-    with _argv(argv), mock.patch.object(ray, "is_initialized", return_value=True), \
-            mock.patch.object(openrlhf.utils, "get_strategy", side_effect=stop):
+    with (
+        _argv(argv),
+        mock.patch.object(ray, "is_initialized", return_value=True),
+        mock.patch.object(openrlhf.utils, "get_strategy", side_effect=stop),
+    ):
         try:
             runpy.run_module(CLI_MODULE, run_name="__main__")
         except _Resolved as resolved:

@@ -29,26 +29,47 @@ from hgpo_train.config import Config, ConfigError, describe_options
 from hgpo_train.openrlhf.arguments import namespace_dict, openrlhf_argv
 from hgpo_train.openrlhf.settings import SECTION, OpenRLHFConfig, load_run
 
-RAY_ENV_VARS = {"TOKENIZERS_PARALLELISM": "true", "NCCL_DEBUG": "WARN", "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1"}
+RAY_ENV_VARS = {
+    "TOKENIZERS_PARALLELISM": "true",
+    "NCCL_DEBUG": "WARN",
+    "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1",
+}
 """What OpenRLHF's own ``ray.init`` sets (train_ppo_ray.py line 24); the caller's environment wins."""
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m hgpo_train.openrlhf", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=f"Keys of the {SECTION}: section ({SECTION}.field=value):\n\n" + cluster_options()
-        + "\n\nShared config keys (section.field=value):\n\n" + describe_options(),
+        prog="python -m hgpo_train.openrlhf",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=f"Keys of the {SECTION}: section ({SECTION}.field=value):\n\n"
+        + cluster_options()
+        + "\n\nShared config keys (section.field=value):\n\n"
+        + describe_options(),
     )
-    parser.add_argument("--backend", choices=["openrlhf"], default="openrlhf",
-                        help="accepted for python -m hgpo_train compatibility")
+    parser.add_argument(
+        "--backend",
+        choices=["openrlhf"],
+        default="openrlhf",
+        help="accepted for python -m hgpo_train compatibility",
+    )
     parser.add_argument("--env", choices=["rooms", "alfworld", "webshop"], help="environment (sets env.name)")
     parser.add_argument("--config", help="YAML run config with an openrlhf: section")
     parser.add_argument("--model", help="hub name or local folder (sets model.name_or_path)")
-    parser.add_argument("--ray-address", help=f"join this Ray cluster ('auto' or HOST:PORT; sets {SECTION}.ray_address)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="resolve the config and OpenRLHF's arguments with OpenRLHF's own parser, print them, exit")
-    parser.add_argument("overrides", nargs="*", metavar="section.field=value",
-                        help=f"override any key, e.g. advantage.estimator=gigpo {SECTION}.vllm_num_engines=4")
+    parser.add_argument(
+        "--ray-address", help=f"join this Ray cluster ('auto' or HOST:PORT; sets {SECTION}.ray_address)"
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="resolve the config and OpenRLHF's arguments with OpenRLHF's own parser, print them, exit",
+    )
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="section.field=value",
+        help=f"override any key, e.g. advantage.estimator=gigpo {SECTION}.vllm_num_engines=4",
+    )
     return parser
 
 
@@ -67,23 +88,32 @@ def required_gpus(config: Config, cluster: OpenRLHFConfig) -> int:
 def check_resources(config: Config, cluster: OpenRLHFConfig, resources: dict[str, float]) -> None:
     """Fail now, not hang: Ray waits forever for a placement group or actor the cluster cannot fit."""
     gpus = required_gpus(config, cluster)
-    cpus = gpus + 1 + config.env.num_workers * cluster.env_actor_cpus  # a CPU per GPU bundle, the controller, envs
+    cpus = (
+        gpus + 1 + config.env.num_workers * cluster.env_actor_cpus
+    )  # a CPU per GPU bundle, the controller, envs
     for name, need in (("GPU", gpus), ("CPU", cpus)):
         have = resources.get(name, 0)
         if have < need:
-            raise ConfigError(f"the run needs {need:g} {name}s but the Ray cluster has {have:g}; check "
-                              f"{SECTION}.num_nodes/gpus_per_node/vllm_*, env.num_workers and "
-                              f"{SECTION}.env_actor_cpus, or add nodes with ray start")
+            raise ConfigError(
+                f"the run needs {need:g} {name}s but the Ray cluster has {have:g}; check "
+                f"{SECTION}.num_nodes/gpus_per_node/vllm_*, env.num_workers and "
+                f"{SECTION}.env_actor_cpus, or add nodes with ray start"
+            )
 
 
 def run_paths(config: Config) -> dict[str, str]:
     run_dir = Path(config.train.output_dir)
-    return {"checkpoint_dir": str(run_dir / "checkpoints" / "openrlhf"), "final_dir": str(run_dir / "final_model")}
+    return {
+        "checkpoint_dir": str(run_dir / "checkpoints" / "openrlhf"),
+        "final_dir": str(run_dir / "final_model"),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    overrides = list(args.overrides) + ([f"{SECTION}.ray_address={args.ray_address}"] if args.ray_address else [])
+    overrides = list(args.overrides) + (
+        [f"{SECTION}.ray_address={args.ray_address}"] if args.ray_address else []
+    )
     try:
         config, cluster = load_run(args.config, overrides, env=args.env, model=args.model)
     except ConfigError as error:
@@ -106,12 +136,18 @@ def dry_run(config: Config, cluster: OpenRLHFConfig, argv: list[str]) -> int:
 
     with stubbed_gpu_packages() as stubbed, contextlib.redirect_stdout(sys.stderr):  # stdout: only the JSON
         resolved = resolve(argv)
-    print(json.dumps({
-        "openrlhf_command": "python -m openrlhf.cli.train_ppo_ray " + shlex.join(argv),
-        "stubbed_packages": stubbed,
-        "resolved": namespace_dict(resolved),
-        "required_gpus": required_gpus(config, cluster),
-    }, indent=2, default=str))
+    print(
+        json.dumps(
+            {
+                "openrlhf_command": "python -m openrlhf.cli.train_ppo_ray " + shlex.join(argv),
+                "stubbed_packages": stubbed,
+                "resolved": namespace_dict(resolved),
+                "required_gpus": required_gpus(config, cluster),
+            },
+            indent=2,
+            default=str,
+        )
+    )
     return 0
 
 
@@ -125,8 +161,10 @@ def train(config: Config, cluster: OpenRLHFConfig, paths: dict[str, str], traine
 
     absent = missing()
     if absent:
-        raise ConfigError(f"the openrlhf backend needs {', '.join(absent)} on this machine (GPU wheels); "
-                          "see the README's OpenRLHF section, or use --dry-run to check a config")
+        raise ConfigError(
+            f"the openrlhf backend needs {', '.join(absent)} on this machine (GPU wheels); "
+            "see the README's OpenRLHF section, or use --dry-run to check a config"
+        )
     import ray
 
     import hgpo_env
@@ -137,8 +175,10 @@ def train(config: Config, cluster: OpenRLHFConfig, paths: dict[str, str], traine
 
     run_dir = Path(config.train.output_dir)
     if (Path(paths["checkpoint_dir"]) / "_actor").is_dir() and not config.train.resume:
-        raise ConfigError(f"{run_dir} already has checkpoints and train.resume=false: "
-                          "choose another train.output_dir or remove the old run")
+        raise ConfigError(
+            f"{run_dir} already has checkpoints and train.resume=false: "
+            "choose another train.output_dir or remove the old run"
+        )
     run_dir.mkdir(parents=True, exist_ok=True)
     config.model.name_or_path = base_model_path(config, run_dir)  # builds the tiny model for 'tiny'
     runtime_env: dict = {"env_vars": {k: os.environ.get(k, v) for k, v in RAY_ENV_VARS.items()}}
@@ -148,8 +188,9 @@ def train(config: Config, cluster: OpenRLHFConfig, paths: dict[str, str], traine
     check_resources(config, cluster, ray.cluster_resources())
     argv = openrlhf_argv(config, cluster, **paths)
     (run_dir / "config.yaml").write_text(config.to_yaml())
-    (run_dir / "openrlhf.yaml").write_text(yaml.safe_dump({SECTION: vars(cluster), "openrlhf_argv": argv},
-                                                          sort_keys=False))
+    (run_dir / "openrlhf.yaml").write_text(
+        yaml.safe_dump({SECTION: vars(cluster), "openrlhf_argv": argv}, sort_keys=False)
+    )
     launch(argv, trainer_actor(config, cluster, trainer_class or HGPOTrainer))
     print(f"run folder: {run_dir}")
     return 0

@@ -33,10 +33,19 @@ def vllm_sampling_params(**kwargs: Any) -> Any:
 class EngineGenerator:
     """Samples one response per prompt on the engines; ``sync_weights`` is the trainer's broadcast."""
 
-    def __init__(self, engines: Sequence[Any], tokenizer: Any, config: GenerationConfig, response_format: str,
-                 max_len: int, make_params: Callable[..., Any] = vllm_sampling_params) -> None:
+    def __init__(
+        self,
+        engines: Sequence[Any],
+        tokenizer: Any,
+        config: GenerationConfig,
+        response_format: str,
+        max_len: int,
+        make_params: Callable[..., Any] = vllm_sampling_params,
+    ) -> None:
         if not engines:
-            raise ValueError("the openrlhf backend needs at least one vLLM engine (openrlhf.vllm_num_engines)")
+            raise ValueError(
+                "the openrlhf backend needs at least one vLLM engine (openrlhf.vllm_num_engines)"
+            )
         self.engines = list(engines)
         self.config = config
         self.max_len = max_len
@@ -45,8 +54,12 @@ class EngineGenerator:
         eos = tokenizer.eos_token_id
         self.end_ids = sorted({self.encoder.end_id} | ({eos} if eos is not None else set()))
 
-    def generate(self, prompts: Sequence[str], admissible: Sequence[Sequence[str]] | None = None,
-                 temperature: float | None = None) -> list[Generation]:
+    def generate(
+        self,
+        prompts: Sequence[str],
+        admissible: Sequence[Sequence[str]] | None = None,
+        temperature: float | None = None,
+    ) -> list[Generation]:
         if admissible is not None:
             raise ValueError("constrained decoding is not supported by the openrlhf backend")
         temperature = self.config.temperature if temperature is None else temperature
@@ -59,8 +72,12 @@ class EngineGenerator:
                     f"a prompt of {len(ids)} tokens leaves no room for a response within openrlhf.max_len="
                     f"{self.max_len}; set env.max_prompt_tokens (the memory window then shrinks to fit)"
                 )
-            params = self.make_params(temperature=temperature, top_p=self.config.top_p,
-                                      max_tokens=min(self.config.max_new_tokens, room), stop_token_ids=self.end_ids)
+            params = self.make_params(
+                temperature=temperature,
+                top_p=self.config.top_p,
+                max_tokens=min(self.config.max_new_tokens, room),
+                stop_token_ids=self.end_ids,
+            )
             engine = self.engines[i * len(self.engines) // len(encoded)]
             refs.append(engine.generate.remote(ids, params))
         outputs = ray.get(refs)

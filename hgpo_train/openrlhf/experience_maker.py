@@ -32,7 +32,9 @@ class StepAdvantageMaker(RemoteExperienceMaker):
     @torch.no_grad()
     def compute_advantages_and_returns(self, experiences: list[Experience]) -> list[Experience]:
         if self.table is None:
-            raise RuntimeError("StepAdvantageMaker.table is not set: the trainer sets it before each train_step")
+            raise RuntimeError(
+                "StepAdvantageMaker.table is not set: the trainer sets it before each train_step"
+            )
         self.table.compute_advantages(self.advantage_config)
         for experience in experiences:
             advantage = torch.from_numpy(self.table.sample_advantages(experience.index)).float()

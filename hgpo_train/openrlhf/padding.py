@@ -19,8 +19,11 @@ import numpy as np
 
 def pad_multiple(dp_size: int, rollout_micro_batch_size: int, train_batch_size: int) -> int:
     """The smallest sample count unit that splits evenly for experience making and for training."""
-    for name, value in {"dp_size": dp_size, "rollout_micro_batch_size": rollout_micro_batch_size,
-                        "train_batch_size": train_batch_size}.items():
+    for name, value in {
+        "dp_size": dp_size,
+        "rollout_micro_batch_size": rollout_micro_batch_size,
+        "train_batch_size": train_batch_size,
+    }.items():
         if value < 1:
             raise ValueError(f"{name} must be at least 1, got {value}")
     return math.lcm(dp_size * rollout_micro_batch_size, train_batch_size)

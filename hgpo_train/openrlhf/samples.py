@@ -47,7 +47,9 @@ class StepTable:
     def compute_advantages(self, config: AdvantageConfig) -> np.ndarray:
         """The shared GRPO/GiGPO/HGPO advantages of the StepBatch rows (cached)."""
         b = self.batch
-        self.row_advantages = compute_advantages(b.reward, b.traj_id, b.group_id, b.fingerprints, b.invalid, config)
+        self.row_advantages = compute_advantages(
+            b.reward, b.traj_id, b.group_id, b.fingerprints, b.invalid, config
+        )
         return self.row_advantages
 
     def sample_advantages(self, index: Sequence[int]) -> np.ndarray:
@@ -58,8 +60,9 @@ class StepTable:
         return np.where(self.padding[index], 0.0, self.row_advantages[self.source[index]])
 
 
-def step_experience(prompt: np.ndarray, response: np.ndarray, reward: float, *, truncated: bool,
-                    padding: bool = False) -> Experience:
+def step_experience(
+    prompt: np.ndarray, response: np.ndarray, reward: float, *, truncated: bool, padding: bool = False
+) -> Experience:
     """One sample: ``sequences`` = prompt + response, the action mask over the response.
 
     OpenRLHF's action mask is shifted by one (``samples_generator.py``: ``action_mask[1:]``):
@@ -85,7 +88,9 @@ def step_experience(prompt: np.ndarray, response: np.ndarray, reward: float, *, 
     )
 
 
-def step_experiences(batch: StepBatch, multiple: int, end_ids: Sequence[int]) -> tuple[list[Experience], StepTable]:
+def step_experiences(
+    batch: StepBatch, multiple: int, end_ids: Sequence[int]
+) -> tuple[list[Experience], StepTable]:
     """One Experience per row of ``batch``, padded to a multiple of ``multiple`` samples.
 
     A response that does not end in one of ``end_ids`` hit the token limit (``truncated``).
@@ -101,6 +106,9 @@ def step_experiences(batch: StepBatch, multiple: int, end_ids: Sequence[int]) ->
     for row, pad in zip(source, padding):
         response = batch.response_ids[row]
         truncated = not len(response) or int(response[-1]) not in ends
-        samples.append(step_experience(batch.prompt_ids[row], response, batch.reward[row], truncated=truncated,
-                                       padding=bool(pad)))
+        samples.append(
+            step_experience(
+                batch.prompt_ids[row], response, batch.reward[row], truncated=truncated, padding=bool(pad)
+            )
+        )
     return samples, StepTable(batch, source, padding)

@@ -72,8 +72,13 @@ def split_overrides(overrides: list[str] | tuple[str, ...]) -> tuple[list[str], 
     return shared, ours
 
 
-def load_run(path: str | Path | None, overrides: list[str] | tuple[str, ...] = (), *, env: str | None = None,
-             model: str | None = None) -> tuple[Config, OpenRLHFConfig]:
+def load_run(
+    path: str | Path | None,
+    overrides: list[str] | tuple[str, ...] = (),
+    *,
+    env: str | None = None,
+    model: str | None = None,
+) -> tuple[Config, OpenRLHFConfig]:
     """The shared config and the ``openrlhf:`` section of a YAML file, each with its overrides applied."""
     tree: dict[str, Any] = {}
     if path is not None:
@@ -102,8 +107,10 @@ def load_run(path: str | Path | None, overrides: list[str] | tuple[str, ...] = (
 def validate_cluster(config: Config, cluster: OpenRLHFConfig) -> None:
     """Checks across the two sections, with messages that name the keys to change."""
     positive = {
-        "num_nodes": cluster.num_nodes, "gpus_per_node": cluster.gpus_per_node,
-        "vllm_num_engines": cluster.vllm_num_engines, "vllm_tensor_parallel_size": cluster.vllm_tensor_parallel_size,
+        "num_nodes": cluster.num_nodes,
+        "gpus_per_node": cluster.gpus_per_node,
+        "vllm_num_engines": cluster.vllm_num_engines,
+        "vllm_tensor_parallel_size": cluster.vllm_tensor_parallel_size,
         "max_len": cluster.max_len,
     }
     for key, value in positive.items():
@@ -127,7 +134,9 @@ def validate_cluster(config: Config, cluster: OpenRLHFConfig) -> None:
             "optimizer step, split evenly over the data-parallel ranks"
         )
     if config.generation.constrained:
-        raise ConfigError("generation.constrained is not supported by the openrlhf backend (OpenRLHF's policy "
-                          "loss does not renormalise over the allowed tokens); use the local backend")
+        raise ConfigError(
+            "generation.constrained is not supported by the openrlhf backend (OpenRLHF's policy "
+            "loss does not renormalise over the allowed tokens); use the local backend"
+        )
     if config.generation.max_new_tokens >= cluster.max_len:
         raise ConfigError(f"generation.max_new_tokens must be below {SECTION}.max_len")

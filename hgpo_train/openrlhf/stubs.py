@@ -19,9 +19,22 @@ GPU_PACKAGES: tuple[str, ...] = ("vllm", "flash_attn")
 """Imported by openrlhf modules at import time; CUDA-only wheels."""
 
 SUBMODULES: dict[str, tuple[str, ...]] = {
-    "vllm": ("inputs", "utils", "distributed", "distributed.utils", "distributed.device_communicators",
-             "distributed.device_communicators.pynccl"),
-    "flash_attn": ("bert_padding", "utils", "utils.distributed", "ops", "ops.triton", "ops.triton.cross_entropy"),
+    "vllm": (
+        "inputs",
+        "utils",
+        "distributed",
+        "distributed.utils",
+        "distributed.device_communicators",
+        "distributed.device_communicators.pynccl",
+    ),
+    "flash_attn": (
+        "bert_padding",
+        "utils",
+        "utils.distributed",
+        "ops",
+        "ops.triton",
+        "ops.triton.cross_entropy",
+    ),
 }
 """The submodules openrlhf 0.11.2 imports from each package (``from vllm.inputs import ...``)."""
 

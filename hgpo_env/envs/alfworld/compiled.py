@@ -45,7 +45,8 @@ copyreg.pickle(Signature, lambda s: (Signature, (s.name, s.types)))
 copyreg.pickle(Proposition, lambda p: (Proposition, (p.name, p.arguments)))
 
 _VERSIONS = "|".join(
-    f"{dist}={importlib.metadata.version(dist)}" for dist in ("textworld", "fast-downward-textworld", "alfworld")
+    f"{dist}={importlib.metadata.version(dist)}"
+    for dist in ("textworld", "fast-downward-textworld", "alfworld")
 )
 
 
@@ -127,7 +128,8 @@ def compile_game(source: GameSource, lib: Any) -> CompiledGame:
         # fact. Matching the counts keeps deletes (e.g. of "inventory") from dropping variables.
         facts = [*_init_facts(task, name2type), *state_facts(lib, name2type)]
     parameters = {
-        action.name: tuple((p.name.strip("?"), p.type_name) for p in action.parameters) for action in task.actions
+        action.name: tuple((p.name.strip("?"), p.type_name) for p in action.parameters)
+        for action in task.actions
     }
     return CompiledGame(logic, sas_bytes, parameters, name2type, tuple(facts), _entities(facts))
 

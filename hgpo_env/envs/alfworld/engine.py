@@ -121,7 +121,9 @@ class Engine:
                 fact = effect.get_fact(self._game.name2type)
                 self._state.remove_fact(fact.negate())
                 self._state.add_fact(fact)
-            feedback = self._narrator.derive(self._game.logic.actions[option.name].feedback_rule, option.bindings)
+            feedback = self._narrator.derive(
+                self._game.logic.actions[option.name].feedback_rule, option.bindings
+            )
             self._refresh()
         return feedback
 

@@ -50,7 +50,7 @@ def split_opening(opening: str) -> tuple[str, str]:
     if not tasks:
         raise ValueError(f"no '{TASK_PREFIX}' line in the opening text {opening!r}")
     room = [p for p in paragraphs if not p.startswith(TASK_PREFIX) and not p.startswith("-=")]
-    return tasks[-1][len(TASK_PREFIX):].strip(), "\n\n".join(room)
+    return tasks[-1][len(TASK_PREFIX) :].strip(), "\n\n".join(room)
 
 
 class ALFWorldEnv(TextEnv):
@@ -105,14 +105,18 @@ class ALFWorldEnv(TextEnv):
         record = self.games[task_id]
         data = record.read()
         if not data["solvable"]:
-            raise GameDataError(f"{record.path}: marked unsolvable (\"solvable\": false)")
+            raise GameDataError(f'{record.path}: marked unsolvable ("solvable": false)')
         if self._engine is None:
             self._engine = Engine(self._cache)
         try:
-            opening = self._engine.start(GameSource(data["pddl_domain"], data["grammar"], data["pddl_problem"]))
+            opening = self._engine.start(
+                GameSource(data["pddl_domain"], data["grammar"], data["pddl_problem"])
+            )
             self._task, self._state_text = split_opening(opening)
         except Exception as error:  # a broken grammar or PDDL problem: say which file
-            raise GameDataError(f"{record.path}: cannot load the game ({type(error).__name__}: {error})") from error
+            raise GameDataError(
+                f"{record.path}: cannot load the game ({type(error).__name__}: {error})"
+            ) from error
         self._task_type = record.task_type
         self.walkthrough = list(data.get("walkthrough") or [])
         self._plan_step = 0
@@ -156,7 +160,9 @@ class ALFWorldEnv(TextEnv):
 
     def _info(self, action_valid: bool) -> dict[str, Any]:
         info = super()._info(action_valid)
-        info.update(data_source=self.data.source, game_file=str(self.games[self.task_id].path), task_id=self.task_id)
+        info.update(
+            data_source=self.data.source, game_file=str(self.games[self.task_id].path), task_id=self.task_id
+        )
         return info
 
     def close(self) -> None:

@@ -111,7 +111,9 @@ def _signature(directory: Path, files: Sequence[Path]) -> str:
     digest = hashlib.sha256(f"{_INDEX_VERSION}|{directory.resolve()}".encode())
     for path in files:
         stat = path.stat()
-        digest.update(f"{path.relative_to(directory).as_posix()}|{stat.st_size}|{stat.st_mtime_ns}\n".encode())
+        digest.update(
+            f"{path.relative_to(directory).as_posix()}|{stat.st_size}|{stat.st_mtime_ns}\n".encode()
+        )
     return digest.hexdigest()
 
 
@@ -170,7 +172,7 @@ def list_games(
         path = directory / relative
         if not solvable:
             if not skip_unsolvable:
-                raise GameDataError(f"{path}: marked unsolvable (\"solvable\": false)")
+                raise GameDataError(f'{path}: marked unsolvable ("solvable": false)')
             continue
         if task_type in wanted:
             games.append(GameRecord(path, task_type))

@@ -49,7 +49,12 @@ _TREATMENTS = {  # task type -> (object property, appliance receptacle, verb, go
     "pick_heat_then_place_in_recep": ("Heatable", "Microwave", "heat", "isHot"),
     "pick_cool_then_place_in_recep": ("Coolable", "Fridge", "cool", "isCool"),
 }
-_PROPERTIES = {"Cleanable": "cleanable", "Heatable": "heatable", "Coolable": "coolable", "Sliceable": "sliceable"}
+_PROPERTIES = {
+    "Cleanable": "cleanable",
+    "Heatable": "heatable",
+    "Coolable": "coolable",
+    "Sliceable": "sliceable",
+}
 
 
 def generated_root() -> Path:
@@ -171,7 +176,9 @@ def _choose_task(rng: random.Random, room: Room, task_type: str) -> Task | None:
             if not sources:
                 continue
             target = room.place(rng, kind, rng.choice(sources))
-            second = room.place(rng, kind, rng.choice(sources)) if task_type == "pick_two_obj_and_place" else None
+            second = (
+                room.place(rng, kind, rng.choice(sources)) if task_type == "pick_two_obj_and_place" else None
+            )
             appliance = rng.choice(appliances) if treatment else None
             return Task(task_type, target, second, goal_kind, None, appliance)
     return None
@@ -205,29 +212,56 @@ def _problem(name: str, room: Room, task: Task, start: str) -> str:
     receptacle_kinds = sorted({r.kind for r in room.receptacles})
     facts = [f"(atLocation agent1 {mangle(start)})"]
     for rid, r in receptacles.items():
-        facts += [f"(receptacleType {rid} {r.kind}Type)", f"(receptacleAtLocation {rid} {mangle(r.location)})"]
+        facts += [
+            f"(receptacleType {rid} {r.kind}Type)",
+            f"(receptacleAtLocation {rid} {mangle(r.location)})",
+        ]
         if r.kind in alfred.OPENABLE_CLASS_LIST:
             facts.append(f"(openable {rid})")
     for oid, item in items.items():
-        facts += [f"(objectType {oid} {item.kind}Type)", f"(inReceptacle {oid} {mangle(item.host.alfred_id)})"]
+        facts += [
+            f"(objectType {oid} {item.kind}Type)",
+            f"(inReceptacle {oid} {mangle(item.host.alfred_id)})",
+        ]
         facts.append(f"(objectAtLocation {oid} {mangle(item.host.location)})")
         if item.kind in _LAMPS:
             facts.append(f"(toggleable {oid})")
             continue
         facts.append(f"(pickupable {oid})")
-        facts += [f"({pred} {oid})" for prop, pred in _PROPERTIES.items() if item.kind in alfred.VAL_ACTION_OBJECTS[prop]]
+        facts += [
+            f"({pred} {oid})"
+            for prop, pred in _PROPERTIES.items()
+            if item.kind in alfred.VAL_ACTION_OBJECTS[prop]
+        ]
         if item.kind in alfred.MOVABLE_RECEPTACLES:
             facts.append(f"(isReceptacleObject {oid})")
     for rk in receptacle_kinds:
-        facts += [f"(canContain {rk}Type {ok}Type)" for ok in object_kinds if ok in alfred.VAL_RECEPTACLE_OBJECTS[rk]]
+        facts += [
+            f"(canContain {rk}Type {ok}Type)"
+            for ok in object_kinds
+            if ok in alfred.VAL_RECEPTACLE_OBJECTS[rk]
+        ]
     declarations = ["agent1 - agent"]
-    declarations += [f"{k}Type - otype" for k in object_kinds] + [f"{k}Type - rtype" for k in receptacle_kinds]
+    declarations += [f"{k}Type - otype" for k in object_kinds] + [
+        f"{k}Type - rtype" for k in receptacle_kinds
+    ]
     declarations += [f"{oid} - object" for oid in items] + [f"{rid} - receptacle" for rid in receptacles]
     declarations += [f"{loc} - location" for loc in locations]
     goal = goals.gdict[task.task_type]["pddl"].format(
-        obj=task.target.kind if task.target else "", recep=task.goal_kind or "", toggle=task.lamp.kind if task.lamp else ""
+        obj=task.target.kind if task.target else "",
+        recep=task.goal_kind or "",
+        toggle=task.lamp.kind if task.lamp else "",
     )
-    lines = [f"(define (problem {name})", "(:domain alfred)", "(:objects", *declarations, ")", "(:init", *facts, ")"]
+    lines = [
+        f"(define (problem {name})",
+        "(:domain alfred)",
+        "(:objects",
+        *declarations,
+        ")",
+        "(:init",
+        *facts,
+        ")",
+    ]
     return "\n".join(lines) + "\n" + goal.replace("#", "-")
 
 
@@ -317,7 +351,9 @@ def generate_game(task_type: str, split: str, index: int, engine: Engine) -> Gen
     start = f"loc|{x}|{z}|{rng.randrange(4)}|30"
     trial = f"trial_hgpo{VERSION}_{split}_{index:04d}"
     text = goals.gdict[task_type]["templates"][rng.randrange(2)].format(
-        obj=task.target.kind.lower(), recep=(task.goal_kind or "").lower(), toggle=task.lamp.kind.lower() if task.lamp else ""
+        obj=task.target.kind.lower(),
+        recep=(task.goal_kind or "").lower(),
+        toggle=task.lamp.kind.lower() if task.lamp else "",
     )
     source = GameSource(
         Path(ALFRED_PDDL_PATH).read_text(),

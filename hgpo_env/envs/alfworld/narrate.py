@@ -87,14 +87,18 @@ def game_logic(domain: str, grammar: str) -> GameLogic:
     """What ``GameLogic(domain, grammar)`` builds, reusing parsed productions across games."""
     logic = GameLogic.__new__(GameLogic)
     logic.domain, logic.types = domain, TypeHierarchy()
-    logic.actions, logic.grammar = _DocumentConverter().walk(pddl_logic._PARSER.parse(grammar, rule_name="pddlStart"))
+    logic.actions, logic.grammar = _DocumentConverter().walk(
+        pddl_logic._PARSER.parse(grammar, rule_name="pddlStart")
+    )
     return logic
 
 
 class Narrator:
     """Derives text from ``grammar`` in ``state``; ``entities`` maps logic ids to their infos."""
 
-    def __init__(self, grammar: ContextSensitiveGrammar, entities: Mapping[str, EntityInfo], state: State) -> None:
+    def __init__(
+        self, grammar: ContextSensitiveGrammar, entities: Mapping[str, EntityInfo], state: State
+    ) -> None:
         self.grammar = grammar
         self.entities = entities
         self.state = state
@@ -132,7 +136,9 @@ class Narrator:
         if not rules:
             raise KeyError(f"the grammar has no rule #{name}#")
         for rule in rules:
-            if not rule.condition or any(True for _ in self.state.all_assignments(_query(rule.condition), bound[1])):
+            if not rule.condition or any(
+                True for _ in self.state.all_assignments(_query(rule.condition), bound[1])
+            ):
                 return tuple(rule.rhs)
         raise ValueError(f"no rule for #{name}# applies in this state")
 

@@ -19,10 +19,19 @@ from hgpo_env.envs.alfworld.containment import contained
 
 def _config(empty_dir: str, max_steps: int) -> dict[str, Any]:
     return {
-        "env": {"goal_desc_human_anns_prob": 0.0, "task_types": [1, 2, 3, 4, 5, 6], "domain_randomization": False,
-                "expert_type": "handcoded"},
-        "dataset": {"data_path": empty_dir, "eval_id_data_path": empty_dir, "eval_ood_data_path": empty_dir,
-                    "num_train_games": -1, "num_eval_games": -1},
+        "env": {
+            "goal_desc_human_anns_prob": 0.0,
+            "task_types": [1, 2, 3, 4, 5, 6],
+            "domain_randomization": False,
+            "expert_type": "handcoded",
+        },
+        "dataset": {
+            "data_path": empty_dir,
+            "eval_id_data_path": empty_dir,
+            "eval_ood_data_path": empty_dir,
+            "num_train_games": -1,
+            "num_eval_games": -1,
+        },
         "general": {"training_method": "dagger"},
         "dagger": {"training": {"max_nb_steps_per_episode": max_steps}},
     }

@@ -10,12 +10,42 @@ import random
 from dataclasses import dataclass
 
 ROOM_NAMES = (
-    "kitchen", "hallway", "living room", "bedroom", "bathroom", "study", "pantry", "garage",
-    "cellar", "attic", "laundry room", "dining room", "office", "nursery", "porch", "library",
+    "kitchen",
+    "hallway",
+    "living room",
+    "bedroom",
+    "bathroom",
+    "study",
+    "pantry",
+    "garage",
+    "cellar",
+    "attic",
+    "laundry room",
+    "dining room",
+    "office",
+    "nursery",
+    "porch",
+    "library",
 )
 COLOURS = ("red", "blue", "green", "yellow", "white", "black", "brown", "silver")
-OBJECTS = ("apple", "book", "candle", "cup", "lamp", "mug", "pen", "plate", "pillow", "spoon",
-           "towel", "vase", "watch", "ball", "box", "coin")
+OBJECTS = (
+    "apple",
+    "book",
+    "candle",
+    "cup",
+    "lamp",
+    "mug",
+    "pen",
+    "plate",
+    "pillow",
+    "spoon",
+    "towel",
+    "vase",
+    "watch",
+    "ball",
+    "box",
+    "coin",
+)
 KEYS = ("brass key", "iron key", "copper key")
 DIRECTIONS = {"north": (0, 1), "south": (0, -1), "east": (1, 0), "west": (-1, 0)}
 OPPOSITE = {"north": "south", "south": "north", "east": "west", "west": "east"}

@@ -136,7 +136,9 @@ def parse_options(raw: Any) -> dict[str, tuple[str, ...]]:
     for name, contents in raw.items():
         if contents is None:
             continue
-        options[_clean(name).lower()] = tuple(_clean(c["value"].replace("/", " | ")).lower() for c in contents)
+        options[_clean(name).lower()] = tuple(
+            _clean(c["value"].replace("/", " | ")).lower() for c in contents
+        )
     return options
 
 
@@ -192,12 +194,16 @@ def build_catalog(
         products.append(_product(record, product_attributes))
         if product_attributes.get("instruction"):
             synthetic[asin] = Instruction(
-                product_attributes["instruction"], tuple(product_attributes.get("instruction_attributes") or ())
+                product_attributes["instruction"],
+                tuple(product_attributes.get("instruction_attributes") or ()),
             )
         if human and asin in human:
             humans[asin] = tuple(
-                Instruction(h["instruction"], tuple(h.get("instruction_attributes") or ()),
-                            tuple(h.get("instruction_options") or ()))
+                Instruction(
+                    h["instruction"],
+                    tuple(h.get("instruction_attributes") or ()),
+                    tuple(h.get("instruction_options") or ()),
+                )
                 for h in human[asin]
             )
     if not products:
@@ -223,5 +229,10 @@ def load_official(
             f"{products_file} must hold a list of products and {attributes_file} an object keyed by asin"
         )
     return build_catalog(
-        records, attributes, human, source="official", origin=str(products_file.parent), num_products=num_products
+        records,
+        attributes,
+        human,
+        source="official",
+        origin=str(products_file.parent),
+        num_products=num_products,
     )

@@ -73,10 +73,19 @@ def synthetic_goals(catalog: Catalog) -> list[Goal]:
         for combination in itertools.product(*(product.options[name] for name in names)):
             option_text = ", and ".join(f"{name}: {value}" for name, value in zip(names, combination))
             option_text = f" with {option_text}" if option_text else ""
-            goals.append(Goal(
-                product.asin, product.title, product.category, product.query, product.product_category,
-                f"{instruction.text}{option_text}{price_text}", instruction.attributes, combination, upper,
-            ))
+            goals.append(
+                Goal(
+                    product.asin,
+                    product.title,
+                    product.category,
+                    product.query,
+                    product.product_category,
+                    f"{instruction.text}{option_text}{price_text}",
+                    instruction.attributes,
+                    combination,
+                    upper,
+                )
+            )
     return goals
 
 
@@ -88,10 +97,19 @@ def human_goals(catalog: Catalog) -> list[Goal]:
             if not instruction.attributes:
                 continue
             upper, price_text = price_cap(product.asin, price)
-            goals.append(Goal(
-                product.asin, product.title, product.category, product.query, product.product_category,
-                instruction.text.strip(".") + price_text, instruction.attributes, instruction.options, upper,
-            ))
+            goals.append(
+                Goal(
+                    product.asin,
+                    product.title,
+                    product.category,
+                    product.query,
+                    product.product_category,
+                    instruction.text.strip(".") + price_text,
+                    instruction.attributes,
+                    instruction.options,
+                    upper,
+                )
+            )
     return goals
 
 

@@ -32,7 +32,41 @@ INDEX_FORMAT = 1
 """Bump when tokenisation or scoring changes, so stale disk caches are not loaded."""
 
 LUCENE_ENGLISH_STOP_WORDS = frozenset(
-    ["a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it", "no", "not", "of", "on", "or", "such", "that", "the", "their", "then", "there", "these", "they", "this", "to", "was", "will", "with"]
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "but",
+        "by",
+        "for",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "no",
+        "not",
+        "of",
+        "on",
+        "or",
+        "such",
+        "that",
+        "the",
+        "their",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "to",
+        "was",
+        "will",
+        "with",
+    ]
 )
 _WORD = re.compile(r"\w+(?:[.,'’]\w+)*")
 _STEMMER = Stemmer.Stemmer("porter")

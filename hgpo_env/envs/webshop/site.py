@@ -182,7 +182,7 @@ class Site:
 
     def _page_results(self, session: Session) -> tuple[int, ...]:
         start = (session.page_number - 1) * PAGE_SIZE
-        return session.results[start:start + PAGE_SIZE]
+        return session.results[start : start + PAGE_SIZE]
 
     def _product(self, session: Session) -> Product:
         if session.product is None:

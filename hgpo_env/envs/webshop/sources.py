@@ -91,7 +91,9 @@ def _load(folder: Path | None, num_products: int | None) -> Catalog:
     return load_official(*found, num_products)
 
 
-def load_catalog(data_path: str | os.PathLike[str] | None = None, num_products: int | None = SMALL) -> Catalog:
+def load_catalog(
+    data_path: str | os.PathLike[str] | None = None, num_products: int | None = SMALL
+) -> Catalog:
     """The catalog for these settings, loaded once per process (see the module docstring)."""
     folder = data_folder(data_path, num_products)
     catalog = _load(folder.resolve() if folder is not None else None, num_products)
