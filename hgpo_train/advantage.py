@@ -197,9 +197,8 @@ class _PairSorter:
     makes equal pairs contiguous runs, each run in row order. It is one value sort of a packed
     64-bit word, ``group | top bits of key * _SPREAD | the row's offset in its group``, 4x
     faster than an argsort; the order never leaves a group, so gathering through it stays in
-    cache. If two
-    different keys of a group share their top bits, or the codes leave too few bits for the
-    key, an exact two-key sort is used instead.
+    cache. If two different keys of a group share their top bits, or the codes leave too few
+    bits for the key, an exact two-key sort is used instead.
     """
 
     MIN_KEY_BITS = 24
