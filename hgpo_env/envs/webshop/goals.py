@@ -20,7 +20,7 @@ import random
 import re
 from dataclasses import dataclass
 
-from hgpo_env.envs.webshop.catalog import Catalog
+from hgpo_env.envs.webshop.catalog import Catalog, Product
 
 PRICE_STEPS = tuple(10.0 * i for i in range(1, 100))
 NO_PRICE_CAP = 1_000_000.0
@@ -52,6 +52,23 @@ class Goal:
         return _PRICE_CLAUSE.sub("", self.instruction_text).lower()
 
 
+def _goal(
+    product: Product, text: str, attributes: tuple[str, ...], options: tuple[str, ...], upper: float
+) -> Goal:
+    """The goal of buying ``product`` as the instruction ``text`` asks."""
+    return Goal(
+        product.asin,
+        product.title,
+        product.category,
+        product.query,
+        product.product_category,
+        text,
+        attributes,
+        options,
+        upper,
+    )
+
+
 def price_cap(asin: str, price: float) -> tuple[float, str]:
     """The cap and the clause the instruction gets for it (empty without a cap)."""
     steps = [p for p in PRICE_STEPS if p > price][:4]
@@ -73,19 +90,8 @@ def synthetic_goals(catalog: Catalog) -> list[Goal]:
         for combination in itertools.product(*(product.options[name] for name in names)):
             option_text = ", and ".join(f"{name}: {value}" for name, value in zip(names, combination))
             option_text = f" with {option_text}" if option_text else ""
-            goals.append(
-                Goal(
-                    product.asin,
-                    product.title,
-                    product.category,
-                    product.query,
-                    product.product_category,
-                    f"{instruction.text}{option_text}{price_text}",
-                    instruction.attributes,
-                    combination,
-                    upper,
-                )
-            )
+            text = f"{instruction.text}{option_text}{price_text}"
+            goals.append(_goal(product, text, instruction.attributes, combination, upper))
     return goals
 
 
@@ -97,19 +103,8 @@ def human_goals(catalog: Catalog) -> list[Goal]:
             if not instruction.attributes:
                 continue
             upper, price_text = price_cap(product.asin, price)
-            goals.append(
-                Goal(
-                    product.asin,
-                    product.title,
-                    product.category,
-                    product.query,
-                    product.product_category,
-                    instruction.text.strip(".") + price_text,
-                    instruction.attributes,
-                    instruction.options,
-                    upper,
-                )
-            )
+            text = instruction.text.strip(".") + price_text
+            goals.append(_goal(product, text, instruction.attributes, instruction.options, upper))
     return goals
 
 
