@@ -6,7 +6,9 @@
 Each measurement runs in a fresh child process (so peak memory is its own): ``--rounds`` rollouts
 of all envs, each a reset with fixed seeds and steps until every episode ends, with a fixed
 policy (the ``step + env``-th admissible command) so both modes do identical work (checked).
-Timing covers the rollouts, not making the envs or starting the workers. Peak memory
+Timing covers the rollouts, not making the envs or starting the workers; before any measurement
+one env is reset on every task used, so a disk cache (ALFWorld's compiled games) is equally warm
+for both modes (first-ever resets are what ``alfworld_latency.py`` measures). Peak memory
 is the largest summed RSS of the child and all its descendants, sampled every 20 ms (RSS counts
 shared pages once per process, so it overstates the pool a little). "CPU s" is the CPU time of
 the whole measurement (start-up included), which other load on the machine does not change.
@@ -110,6 +112,14 @@ def run_pool(args: argparse.Namespace, factory: functools.partial) -> tuple[int,
         return steps, reward, time.perf_counter() - started
 
 
+def warm_up(args: argparse.Namespace) -> None:
+    """Reset one env on every task the measurements use (caches on disk then favour neither mode)."""
+    env = make_env(args.env, 0.0, args.slow_kind, **json.loads(args.env_kwargs))
+    for seed in range(args.rounds * args.groups):
+        env.reset(seed=seed)
+    env.close()
+
+
 def child(args: argparse.Namespace) -> None:
     """One measurement; prints a JSON line."""
     work_ms = args.slow_ms if args.variant == "slow" else 0.0
@@ -180,6 +190,7 @@ def main() -> None:
         child(args)
         return
     workers = args.workers or len(os.sched_getaffinity(0))
+    warm_up(args)
     print(
         f"{args.env}: {args.groups} groups x {args.group_size} envs, {args.rounds} rollouts, "
         f"{args.backend} backend with {workers} workers, {psutil.cpu_count()} CPUs, "
