@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -31,6 +31,9 @@ class Generator(Protocol):
         temperature: float | None = None,
     ) -> list[Generation]: ...
 
+
+R = TypeVar("R")
+"""What a ``respond`` callable returns per prompt: any object with a ``text`` attribute."""
 
 POOL_OPTIONS = frozenset(
     name for name, p in inspect.signature(GroupedEnvPool).parameters.items() if p.kind is p.KEYWORD_ONLY
@@ -86,18 +89,95 @@ def _env_kwargs(env: EnvConfig, tokenizer: Any, overrides: Mapping[str, Any]) ->
 
 
 @dataclass
-class _Trajectory:
-    """One env's episode while it runs."""
+class EpisodeStep(Generic[R]):
+    """One step of an episode: the prompt the env wrote, its fingerprints, the response, the outcome."""
+
+    prompt: str
+    fingerprints: tuple[int, ...]
+    """The fingerprints that came with ``prompt`` (level 0..K)."""
+    response: R
+    reward: float
+    invalid: bool
+    """The response was not a valid admissible action (an env failure is not counted as invalid)."""
+
+
+@dataclass
+class Episode(Generic[R]):
+    """One env's episode: which group and member played it, its steps and how it ended."""
 
     group: int
     member: int
     task: str
     task_type: str | None
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[EpisodeStep[R]] = field(default_factory=list)
     won: bool = False
     score: float = 0.0
     truncated: bool = False
     env_error: bool = False
+
+
+def play_episodes(
+    pool: GroupedEnvPool,
+    respond: Callable[[list[str], list[dict[str, Any]]], Sequence[R]],
+    *,
+    seeds: Sequence[int] | None = None,
+    task_ids: Sequence[int] | None = None,
+) -> list[Episode[R]]:
+    """Play one episode in every env of ``pool`` (one seed / task id per group), in lockstep turns.
+
+    Each turn ``respond(prompts, infos)`` answers the prompts of all envs still in an episode in
+    one call (batched generation), with each prompt's ``info``; it returns one response per
+    prompt, anything with a ``text`` attribute, kept as the step's ``response``. This loop is
+    framework-neutral: the trainer, its OpenRLHF backend and the TRL integration differ only in
+    ``respond``. Episodes come back in env order (group by group).
+    """
+    resets = pool.reset(seeds=seeds, task_ids=task_ids)
+    prompts = {r.env_index: r.obs for r in resets}
+    infos = {r.env_index: r.info for r in resets}
+    episodes = {r.env_index: Episode(r.group, r.member, r.info["task"], r.info.get("task_type")) for r in resets}
+    active = [r.env_index for r in resets]
+    while active:
+        responses = respond([prompts[i] for i in active], [infos[i] for i in active])
+        if len(responses) != len(active):
+            raise ValueError(f"respond returned {len(responses)} responses for {len(active)} prompts")
+        results = pool.step({i: r.text for i, r in zip(active, responses)})
+        for response, result in zip(responses, results):
+            i = result.env_index
+            episode = episodes[i]
+            failed = "env_error" in result.info
+            episode.steps.append(
+                EpisodeStep(
+                    prompts[i],
+                    tuple(infos[i]["fingerprints"]),
+                    response,
+                    float(result.reward),
+                    not failed and not result.info.get("action_valid", False),
+                )
+            )
+            prompts[i], infos[i] = result.obs, result.info
+            if result.done:
+                episode.won = bool(result.info.get("won", False))
+                episode.score = float(result.info.get("score", 0.0))
+                episode.truncated = result.truncated
+                episode.env_error = failed
+        active = [r.env_index for r in results if not r.done]
+    return [episodes[i] for i in sorted(episodes)]
+
+
+def step_columns(episodes: Sequence[Episode[Any]]) -> dict[str, np.ndarray]:
+    """The advantage estimators' input columns of ``episodes``, one row per step in episode order:
+    ``group_id``, ``traj_id`` (the member), ``step``, ``reward``, ``invalid`` and ``fingerprints``
+    (uint64, n x (K+1)); pass them to :func:`hgpo_train.advantage.compute_advantages`."""
+    steps = [(e, k, s) for e in episodes for k, s in enumerate(e.steps)]
+    levels = len(steps[0][2].fingerprints) if steps else 1
+    return {
+        "group_id": np.array([e.group for e, _, _ in steps], dtype=np.int64),
+        "traj_id": np.array([e.member for e, _, _ in steps], dtype=np.int64),
+        "step": np.array([k for _, k, _ in steps], dtype=np.int64),
+        "reward": np.array([s.reward for _, _, s in steps], dtype=np.float64),
+        "invalid": np.array([s.invalid for _, _, s in steps], dtype=bool),
+        "fingerprints": np.array([s.fingerprints for _, _, s in steps], dtype=np.uint64).reshape(-1, levels),
+    }
 
 
 def collect_rollouts(
@@ -114,75 +194,42 @@ def collect_rollouts(
     ``constrained`` restricts every response to the admissible commands of its prompt.
     ``batch.extras["timing"]`` holds the seconds spent in the envs and in generation.
     """
-    timing = {"env_s": 0.0, "generate_s": 0.0}
+    generate_s = 0.0
+
+    def respond(prompts: list[str], infos: list[dict[str, Any]]) -> list[Generation]:
+        nonlocal generate_s
+        start = time.perf_counter()
+        admissible = [info["admissible_actions"] for info in infos] if constrained else None
+        generations = generator.generate(prompts, admissible, temperature)
+        generate_s += time.perf_counter() - start
+        return generations
+
     start = time.perf_counter()
-    resets = pool.reset(seeds=seeds, task_ids=task_ids)
-    timing["env_s"] += time.perf_counter() - start
-    prompts = {r.env_index: r.obs for r in resets}
-    infos = {r.env_index: r.info for r in resets}
-    trajectories = {
-        r.env_index: _Trajectory(r.group, r.member, r.info["task"], r.info.get("task_type")) for r in resets
-    }
-    active = [r.env_index for r in resets]
-    while active:
-        start = time.perf_counter()
-        admissible = [infos[i]["admissible_actions"] for i in active] if constrained else None
-        generations = generator.generate([prompts[i] for i in active], admissible, temperature)
-        timing["generate_s"] += time.perf_counter() - start
-        start = time.perf_counter()
-        results = pool.step({i: g.text for i, g in zip(active, generations)})
-        timing["env_s"] += time.perf_counter() - start
-        for generation, result in zip(generations, results):
-            i = result.env_index
-            trajectory = trajectories[i]
-            trajectory.rows.append(
-                {
-                    "step": len(trajectory.rows),
-                    "reward": float(result.reward),
-                    "invalid": "env_error" not in result.info and not result.info.get("action_valid", False),
-                    "fingerprints": infos[i]["fingerprints"],
-                    "generation": generation,
-                }
-            )
-            prompts[i], infos[i] = result.obs, result.info
-            if result.done:
-                trajectory.won = bool(result.info.get("won", False))
-                trajectory.score = float(result.info.get("score", 0.0))
-                trajectory.truncated = result.truncated
-                trajectory.env_error = "env_error" in result.info
-        active = [r.env_index for r in results if not r.done]
-    batch = _to_batch([trajectories[i] for i in sorted(trajectories)])
-    batch.extras["timing"] = timing
+    episodes = play_episodes(pool, respond, seeds=seeds, task_ids=task_ids)
+    batch = _to_batch(episodes)
+    batch.extras["timing"] = {"env_s": time.perf_counter() - start - generate_s, "generate_s": generate_s}
     return batch
 
 
-def _to_batch(trajectories: list[_Trajectory]) -> StepBatch:
-    rows = [(t, row) for t in trajectories for row in t.rows]
-    levels = len(rows[0][1]["fingerprints"]) if rows else 1
-    fingerprints = np.zeros((len(rows), levels), dtype=np.uint64)
-    for k, (_, row) in enumerate(rows):
-        fingerprints[k] = row["fingerprints"]
-    episodes = Episodes(
-        group_id=np.array([t.group for t in trajectories], dtype=np.int64),
-        traj_id=np.array([t.member for t in trajectories], dtype=np.int64),
-        task=[t.task for t in trajectories],
-        task_type=[t.task_type for t in trajectories],
-        won=np.array([t.won for t in trajectories], dtype=bool),
-        score=np.array([t.score for t in trajectories], dtype=np.float64),
-        length=np.array([len(t.rows) for t in trajectories], dtype=np.int64),
-        total_reward=np.array([sum(r["reward"] for r in t.rows) for t in trajectories], dtype=np.float64),
-        truncated=np.array([t.truncated for t in trajectories], dtype=bool),
-        env_error=np.array([t.env_error for t in trajectories], dtype=bool),
+def _to_batch(episodes: list[Episode[Generation]]) -> StepBatch:
+    columns = step_columns(episodes)
+    generations = [s.response for e in episodes for s in e.steps]
+    summary = Episodes(
+        group_id=np.array([e.group for e in episodes], dtype=np.int64),
+        traj_id=np.array([e.member for e in episodes], dtype=np.int64),
+        task=[e.task for e in episodes],
+        task_type=[e.task_type for e in episodes],
+        won=np.array([e.won for e in episodes], dtype=bool),
+        score=np.array([e.score for e in episodes], dtype=np.float64),
+        length=np.array([len(e.steps) for e in episodes], dtype=np.int64),
+        total_reward=np.array([sum(s.reward for s in e.steps) for e in episodes], dtype=np.float64),
+        truncated=np.array([e.truncated for e in episodes], dtype=bool),
+        env_error=np.array([e.env_error for e in episodes], dtype=bool),
     )
     return StepBatch(
-        group_id=np.array([t.group for t, _ in rows], dtype=np.int64),
-        traj_id=np.array([t.member for t, _ in rows], dtype=np.int64),
-        step=np.array([row["step"] for _, row in rows], dtype=np.int64),
-        reward=np.array([row["reward"] for _, row in rows], dtype=np.float64),
-        invalid=np.array([row["invalid"] for _, row in rows], dtype=bool),
-        fingerprints=fingerprints,
-        prompt_ids=[np.asarray(row["generation"].prompt_ids, dtype=np.int32) for _, row in rows],
-        response_ids=[np.asarray(row["generation"].response_ids, dtype=np.int32) for _, row in rows],
-        choices=[row["generation"].choices for _, row in rows],
-        episodes=episodes,
+        **columns,
+        prompt_ids=[np.asarray(g.prompt_ids, dtype=np.int32) for g in generations],
+        response_ids=[np.asarray(g.response_ids, dtype=np.int32) for g in generations],
+        choices=[g.choices for g in generations],
+        episodes=summary,
     )
