@@ -1,0 +1,73 @@
+"""An HGPO-* env played as one conversation: the environment-level adapters' shared driver.
+
+At environment level a framework keeps the whole episode in one growing conversation, so the
+conversation is the memory: the env is made with ``history_length=0`` and every turn's text is
+the env's prompt for the current state (task, step count, observation, admissible actions).
+The session keeps what the framework's reward needs: the env reward summed over the episode,
+the invalid steps, ``won`` and the env-native ``score``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+
+import hgpo_env  # noqa: F401  (registers the HGPO-* ids)
+
+
+class EnvSession:
+    """One env, one episode at a time, text in and text out.
+
+    Args:
+        env_id: a registered ``HGPO-*`` id.
+        invalid_penalty: subtracted from :attr:`episode_return` per invalid step (0.1, as the
+            step-level estimators' default).
+        env_kwargs: passed to ``gymnasium.make`` (``response_format``, ``max_steps``, env options).
+    """
+
+    def __init__(self, env_id: str, *, invalid_penalty: float = 0.1, **env_kwargs: Any) -> None:
+        if invalid_penalty < 0:
+            raise ValueError(f"invalid_penalty must be >= 0, got {invalid_penalty!r}")
+        env_kwargs.setdefault("history_length", 0)
+        self.env = gym.make(env_id, **env_kwargs)
+        self.invalid_penalty = float(invalid_penalty)
+        self.info: dict[str, Any] = {}
+        self.total_reward = 0.0
+        self.invalid_steps = 0
+        self.steps = 0
+        self.done = True
+
+    def reset(self, *, task_id: int | None = None, seed: int | None = None) -> str:
+        """Start an episode on task ``task_id`` (or the task ``seed`` draws); returns the first turn's text."""
+        options = None if task_id is None else {"task_id": int(task_id)}
+        text, self.info = self.env.reset(seed=None if seed is None else int(seed), options=options)
+        self.total_reward, self.invalid_steps, self.steps, self.done = 0.0, 0, 0, False
+        return text
+
+    def step(self, response: str) -> tuple[str, float, bool]:
+        """Send one response; returns the next turn's text, the step's reward and whether the episode ended."""
+        if self.done:
+            raise RuntimeError("the episode is over: call reset() before stepping again")
+        text, reward, terminated, truncated, self.info = self.env.step(response)
+        self.total_reward += float(reward)
+        self.invalid_steps += not self.info["action_valid"]
+        self.steps += 1
+        self.done = bool(terminated or truncated)
+        return text, float(reward), self.done
+
+    @property
+    def episode_return(self) -> float:
+        """The episode's env reward minus ``invalid_penalty`` per invalid step."""
+        return self.total_reward - self.invalid_penalty * self.invalid_steps
+
+    @property
+    def won(self) -> bool:
+        return bool(self.info.get("won", False))
+
+    @property
+    def score(self) -> float:
+        return float(self.info.get("score", 0.0))
+
+    def close(self) -> None:
+        self.env.close()

@@ -1,0 +1,278 @@
+"""TRL integration against the real ``trl`` package (GRPOTrainer), on CPU with a tiny model built here.
+
+Step level: HGPOTrainer runs optimizer steps on Rooms; the advantages that reach TRL's loss are
+checked row by row against the estimator applied, in this test, to the steps the trainer played,
+whose rewards and fingerprints are in turn checked by replaying the responses in a fresh env.
+Environment level: GRPOTrainer with our environment_factory runs an optimizer step; every rollout's
+env plays its row's task and its reward reaches TRL. Nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+from collections import Counter, defaultdict
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import get_json_schema
+from trl import GRPOConfig, GRPOTrainer
+
+import hgpo_env  # noqa: F401  (registers the HGPO-* ids)
+from hgpo_train.advantage import (
+    AdvantageConfig,
+    episode_scores,
+    gigpo_advantages,
+    grpo_advantages,
+    hgpo_advantages,
+    step_returns,
+)
+from hgpo_train.config import EnvConfig, TinyModelConfig
+from hgpo_train.tiny_model import build_tiny_model
+from integrations.trl import HGPOTrainer, StepSample, environment_factory, task_dataset
+
+ENV_ID = "HGPO-Rooms-v0"
+ROOMS = {"min_rooms": 2, "max_rooms": 3, "lock_probability": 0.0}
+ENV_KWARGS = {"history_length": 2, "response_format": "plain", "max_steps": 4, **ROOMS}
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
+    env = EnvConfig(name="rooms", response_format="plain", max_steps=4, kwargs=ROOMS)
+    tiny = TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, vocab_size=400)
+    return str(build_tiny_model(env, tiny, tmp_path_factory.mktemp("tiny") / "model", seed=0))
+
+
+def grpo_config(tmp_path, **overrides) -> GRPOConfig:
+    settings = {
+        "output_dir": str(tmp_path),
+        "per_device_train_batch_size": 2,
+        "gradient_accumulation_steps": 3,  # steps_per_generation 3: three micro-batches per generation
+        "num_generations": 2,
+        "max_completion_length": 5,  # cuts some commands short: invalid steps make advantages differ
+        "max_steps": 2,
+        "learning_rate": 1e-2,
+        "beta": 0.0,
+        "use_cpu": True,
+        "report_to": "none",
+        "save_strategy": "no",
+        "logging_steps": 1,
+        "seed": 0,
+    }
+    return GRPOConfig(**{**settings, **overrides})
+
+
+class RecordingTrainer(HGPOTrainer):
+    """Keeps the episodes of every generation and the inputs of every loss call."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.generations: list[list] = []
+        self.group_tasks: list[list[int]] = []
+        self.loss_inputs: list[list[dict]] = []
+
+    def _generate_and_score_completions(self, inputs):
+        batch = super()._generate_and_score_completions(inputs)
+        self.generations.append(self.last_episodes)
+        self.group_tasks.append([row["task_id"] for row in inputs[:: self.num_generations]])
+        self.loss_inputs.append([])
+        return batch
+
+    def _compute_loss(self, model, inputs):
+        self.loss_inputs[-1].append({k: v.detach().clone() for k, v in inputs.items() if torch.is_tensor(v)})
+        return super()._compute_loss(model, inputs)
+
+
+def replay(episode, task_id: int) -> list[tuple[float, bool, tuple[int, ...]]]:
+    """(reward, invalid, fingerprints of the prompt) of each step, from a fresh env fed the same responses."""
+    env = gym.make(ENV_ID, **ENV_KWARGS)
+    _, info = env.reset(options={"task_id": task_id})
+    out = []
+    for step in episode.steps:
+        fingerprints = tuple(info["fingerprints"])
+        _, reward, _, _, info = env.step(step.response.text)
+        out.append((float(reward), not info["action_valid"], fingerprints))
+    return out
+
+
+def reference_advantages(episodes, config: AdvantageConfig) -> np.ndarray:
+    """The estimator from its own function on the episodes' raw steps (rollouts keyed by strings)."""
+    rows = [(e, s) for e in episodes for s in e.steps]
+    rollouts = [f"{e.group}/{e.member}" for e, _ in rows]
+    groups = [e.group for e, _ in rows]
+    rewards = [s.reward for _, s in rows]
+    invalid = [s.invalid for _, s in rows]
+    fingerprints = np.array([s.fingerprints for _, s in rows], dtype=np.uint64)
+    scores = episode_scores(rewards, rollouts, invalid, config.invalid_penalty)
+    if config.estimator == "grpo":
+        return grpo_advantages(scores, groups, config.mode)
+    returns = step_returns(rewards, rollouts, config.gamma, invalid, config.invalid_penalty)
+    if config.estimator == "gigpo":
+        return gigpo_advantages(returns, scores, groups, fingerprints, config.mode, config.step_weight)
+    return hgpo_advantages(
+        returns,
+        groups,
+        fingerprints,
+        config.mode,
+        config.alpha,
+        config.base_group,
+        scores,
+        config.weight_offset,
+    )
+
+
+def unpadded(ids: torch.Tensor, mask: torch.Tensor) -> tuple[int, ...]:
+    return tuple(ids[mask.bool()].tolist())
+
+
+def look_bias(tokenizer) -> dict:
+    """Generation biases that make the random model answer "look" (always admissible) about half the
+    time, so batches mix valid and invalid steps and the advantages are not all zero."""
+    look = tuple(tokenizer.encode("look", add_special_tokens=False))
+    return {"sequence_bias": {look[:1]: 4.0, look + (tokenizer.eos_token_id,): 12.0}}
+
+
+@pytest.mark.parametrize("estimator", ["hgpo", "gigpo", "grpo"])
+def test_step_level_advantages_reach_the_loss(tiny_model, tmp_path, estimator):
+    tasks = [3, 8, 21, 40, 57, 60]
+    advantage = AdvantageConfig(estimator=estimator, mode="mean_norm")
+    model = AutoModelForCausalLM.from_pretrained(tiny_model)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    before = [p.detach().clone() for p in model.parameters()]
+    trainer = RecordingTrainer(
+        model=model,
+        args=grpo_config(tmp_path, generation_kwargs=look_bias(tokenizer)),
+        processing_class=tokenizer,
+        train_dataset=task_dataset(tasks),
+        env_id=ENV_ID,
+        env_kwargs=ENV_KWARGS,
+        advantage=advantage,
+        pool_options={"num_workers": 1},
+    )
+    trainer.train()
+
+    assert trainer.state.global_step == 2
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert len(trainer.generations) == 2
+    nonzero = 0
+    for episodes, group_tasks, micro_batches in zip(
+        trainer.generations, trainer.group_tasks, trainer.loss_inputs
+    ):
+        assert len(episodes) == 6 and len(micro_batches) == 3
+        assert [e.group for e in episodes] == [0, 0, 1, 1, 2, 2]
+        # the steps are the env's: replaying each episode's responses on its group's task gives the
+        # same rewards, invalid flags and fingerprints
+        for e in episodes:
+            assert replay(e, group_tasks[e.group]) == [(s.reward, s.invalid, s.fingerprints) for s in e.steps]
+
+        expected = reference_advantages(episodes, advantage)
+        nonzero += int(np.abs(expected).max() > 1e-6)
+        want: dict[tuple, list[float]] = defaultdict(list)
+        for s, a in zip([s for e in episodes for s in e.steps], expected):
+            want[(tuple(s.response.prompt_ids), tuple(s.response.completion_ids))].append(round(float(a), 5))
+        got: dict[tuple, list[float]] = defaultdict(list)
+        for inputs in micro_batches:
+            loss_mask = inputs["completion_mask"] * inputs.get(
+                "tool_mask", torch.ones_like(inputs["completion_mask"])
+            )
+            for row in range(len(inputs["advantages"])):
+                if not loss_mask[row].any():
+                    assert inputs["advantages"][row] == 0  # a padding copy: no tokens in the loss
+                    continue
+                key = (
+                    unpadded(inputs["prompt_ids"][row], inputs["prompt_mask"][row]),
+                    unpadded(inputs["completion_ids"][row], inputs["completion_mask"][row]),
+                )
+                got[key].append(round(float(inputs["advantages"][row]), 5))
+        assert {k: Counter(v) for k, v in got.items()} == {k: Counter(v) for k, v in want.items()}
+    assert nonzero, "every batch had all-zero advantages: the comparison could not fail"
+
+
+def test_step_batch_pads_to_whole_micro_batches_without_losing_a_step(tiny_model, tmp_path):
+    trainer = HGPOTrainer(
+        model=tiny_model,
+        args=grpo_config(tmp_path),
+        processing_class=AutoTokenizer.from_pretrained(tiny_model),
+        train_dataset=task_dataset([1, 2]),
+        env_id=ENV_ID,
+        env_kwargs=ENV_KWARGS,
+    )
+    samples = [StepSample(f"s{i}", [5, 6, 7][: 1 + i % 3], [8, 9][: 1 + i % 2], None) for i in range(7)]
+    advantages = np.arange(1.0, 8.0)
+    batch = trainer._step_batch(samples, advantages, "train")
+    assert batch["prompt_ids"].shape[0] == 9  # 7 steps and 2 copies: 3 micro-batches of 3
+    assert batch["tool_mask"][:7].all() and not batch["tool_mask"][7:].any()
+    assert batch["advantages"].tolist() == [1, 2, 3, 4, 5, 6, 7, 0, 0]
+    assert batch["num_items_in_batch"] == sum(len(s.completion_ids) for s in samples)
+    assert batch["prompt_ids"][2].tolist() == [5, 6, 7] and batch["prompt_mask"][0].tolist() == [0, 0, 1]
+    eval_batch = trainer._step_batch(samples, advantages, "eval")  # evaluation is not split: no copies
+    assert eval_batch["prompt_ids"].shape[0] == 7 and "tool_mask" not in eval_batch
+
+
+def test_step_level_rejects_rows_without_a_task(tiny_model, tmp_path):
+    from datasets import Dataset
+
+    trainer = HGPOTrainer(
+        model=tiny_model,
+        args=grpo_config(tmp_path, max_steps=1),
+        processing_class=AutoTokenizer.from_pretrained(tiny_model),
+        train_dataset=Dataset.from_dict({"prompt": [[{"role": "user", "content": ""}]] * 4}),
+        env_id=ENV_ID,
+        env_kwargs=ENV_KWARGS,
+        pool_options={"num_workers": 1},
+    )
+    with pytest.raises(ValueError, match="'task_id' or 'seed'"):
+        trainer.train()
+
+
+def test_bad_env_arguments_fail_before_the_model_loads(tmp_path):
+    with pytest.raises(TypeError):
+        HGPOTrainer(
+            model="no/such-model", args=grpo_config(tmp_path), env_id=ENV_ID, env_kwargs={"colour": 1}
+        )
+
+
+# ------------------------------------------------------------------------- environment level
+
+
+def test_tool_environment_plays_the_rows_task_and_scores_it():
+    make = environment_factory(ENV_ID, max_steps=30, **ROOMS)
+    a, b = make(), make()
+    assert a.reset(prompt=[], task_id=5) == b.reset(prompt=[], task_id=5)
+    schema = get_json_schema(a.act)["function"]  # how TRL describes the tool to the model
+    assert schema["name"] == "act" and schema["parameters"]["required"] == ["command"]
+    a.act("fly away")  # not admissible: an invalid step
+    text = ""
+    while not text.endswith("The episode is over."):
+        text = a.act(a.session.env.unwrapped.expert_action())
+    assert a.act("look") == "The episode is over."
+    assert a.get_reward() == pytest.approx(10.0 - 0.1)
+    with pytest.raises(ValueError, match="'task_id' or 'seed'"):
+        b.reset(prompt=[])
+
+
+def test_environment_factory_in_grpo_trainer(tiny_model, tmp_path):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    # a chat template with tool calling, as TRL ships it for Qwen2.5 (the tiny template has none)
+    tokenizer.chat_template = (
+        importlib.resources.files("trl") / "chat_templates" / "qwen2_5.jinja"
+    ).read_text()
+    tasks = [2, 9]
+    trainer = GRPOTrainer(
+        model=tiny_model,
+        args=grpo_config(tmp_path, max_steps=1, max_completion_length=8, gradient_accumulation_steps=1),
+        processing_class=tokenizer,
+        train_dataset=task_dataset(tasks, "Solve the task with the act tool."),
+        environment_factory=environment_factory(ENV_ID, max_steps=4, **ROOMS),
+    )
+    trainer.train()
+    assert trainer.state.global_step == 1
+    fresh = gym.make(ENV_ID, history_length=0, response_format="plain", max_steps=4, **ROOMS)
+    task_texts = {fresh.reset(options={"task_id": t})[1]["task"] for t in tasks}
+    played = [env.session.info["task"] for env in trainer.environments]
+    assert len(played) == 2 and set(played) <= task_texts
+    assert played[0] == played[1]  # one group: both completions of the prompt play its task
+    logged = trainer._logs["rewards"]["HGPOToolEnvironment"]
+    assert list(logged)[-2:] == [env.get_reward() for env in trainer.environments]
