@@ -16,6 +16,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from integration_setup import ENV_ID, ROOMS, import_error_without
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import get_json_schema
 from trl import GRPOConfig, GRPOTrainer
@@ -29,20 +30,9 @@ from hgpo_train.advantage import (
     hgpo_advantages,
     step_returns,
 )
-from hgpo_train.config import EnvConfig, TinyModelConfig
-from hgpo_train.tiny_model import build_tiny_model
 from integrations.trl import HGPOTrainer, StepSample, environment_factory, task_dataset
 
-ENV_ID = "HGPO-Rooms-v0"
-ROOMS = {"min_rooms": 2, "max_rooms": 3, "lock_probability": 0.0}
 ENV_KWARGS = {"history_length": 2, "response_format": "plain", "max_steps": 4, **ROOMS}
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
-    env = EnvConfig(name="rooms", response_format="plain", max_steps=4, kwargs=ROOMS)
-    tiny = TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, vocab_size=400)
-    return str(build_tiny_model(env, tiny, tmp_path_factory.mktemp("tiny") / "model", seed=0))
 
 
 def grpo_config(tmp_path, **overrides) -> GRPOConfig:
@@ -276,3 +266,8 @@ def test_environment_factory_in_grpo_trainer(tiny_model, tmp_path):
     assert played[0] == played[1]  # one group: both completions of the prompt play its task
     logged = trainer._logs["rewards"]["HGPOToolEnvironment"]
     assert list(logged)[-2:] == [env.get_reward() for env in trainer.environments]
+
+
+def test_missing_trl_names_the_extra(monkeypatch):
+    message = import_error_without(monkeypatch, "integrations.trl", "trl")
+    assert "pip install -e '.[trl]'" in message and "\n" not in message

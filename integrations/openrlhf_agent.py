@@ -1,0 +1,205 @@
+"""HGPO-* environments in OpenRLHF's agent API (``--agent_func_path``, OpenRLHF 0.11), environment level.
+
+OpenRLHF's ``MultiTurnAgentExecutor`` plays one episode per sample as a growing token sequence:
+prompt, response, environment feedback, response, ... and trains on it as one trajectory with
+its own estimator (``--advantage_estimator group_norm`` is GRPO over ``--n_samples_per_prompt``
+samples). This module supplies the agent: each sample's label names a task, the env's turns are
+written in the model's chat template, and the episode's env reward (minus a penalty per invalid
+step) is the sample's reward. For step-level HGPO on OpenRLHF use this project's own backend
+(``python -m hgpo_train.openrlhf``): there every step is its own sample, grouped by fingerprints.
+
+Point OpenRLHF at a file that defines ``AgentExecutor``, e.g.::
+
+    from integrations.openrlhf_agent import agent_executor
+    AgentExecutor = agent_executor("HGPO-ALFWorld-v0", max_steps=50)
+
+or at ``integrations/openrlhf_agent_func.py``, which reads the env from ``$HGPO_ENV_ID`` and
+``$HGPO_ENV_KWARGS`` (JSON).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+from hgpo_train.generation import end_token_id
+from integrations._framework import missing_framework
+from integrations.session import EnvSession
+
+try:
+    import torch
+    from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
+except ImportError as error:
+    raise missing_framework("openrlhf-agent", error) from error
+
+
+def parse_label(label: Any) -> tuple[int | None, int | None]:
+    """``(task_id, seed)`` from a sample's label: ``{"task_id": 3, "seed": 7}`` (either key), its
+    JSON text, or a bare task id."""
+    if isinstance(label, str):
+        try:
+            label = json.loads(label)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"label {label!r} is neither JSON nor a task id") from error
+    if isinstance(label, int) and not isinstance(label, bool):
+        return label, None
+    if isinstance(label, dict) and ({"task_id", "seed"} & label.keys()):
+        task_id, seed = label.get("task_id"), label.get("seed")
+        return (None if task_id is None else int(task_id), None if seed is None else int(seed))
+    raise ValueError(
+        f"a label must name a task: {{'task_id': i}} and/or {{'seed': s}}, or an int; got {label!r}"
+    )
+
+
+def write_tasks(path: str | Path, task_ids: Iterable[int]) -> Path:
+    """A JSONL prompt dataset for OpenRLHF, one row per task: ``--input_key prompt --label_key label``.
+
+    The prompt is empty (the agent writes the first turn from the env); the label names the task,
+    so the ``--n_samples_per_prompt`` samples of a row play the same task.
+    """
+    path = Path(path)
+    with path.open("w") as out:
+        for task_id in task_ids:
+            out.write(json.dumps({"prompt": "", "label": json.dumps({"task_id": int(task_id)})}) + "\n")
+    return path
+
+
+class ChatTurns:
+    """The env's turns in the model's chat template, as text to append to the token sequence.
+
+    The model ends its reply with the end-of-turn token (kept in OpenRLHF's action text, whose
+    ``skip_special_tokens`` is False by default); the next turn adds what the template puts after
+    it, then the user turn and the assistant header.
+    """
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.end_text = tokenizer.decode([end_token_id(tokenizer)])
+        reply = "\ue000"  # a private-use character: no template emits it by itself
+        self._exchange = [{"role": "user", "content": "-"}, {"role": "assistant", "content": reply}]
+        self._closed = self._render(self._exchange)
+        self._after_reply = self._closed[self._closed.rindex(reply) + len(reply) :]
+        if not self._after_reply.startswith(self.end_text):
+            raise ValueError(f"the chat template does not end a reply with {self.end_text!r}")
+
+    def _render(self, messages: list[dict[str, str]], **kwargs: Any) -> str:
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, **kwargs)
+
+    def first(self, text: str) -> str:
+        return self._render([{"role": "user", "content": text}], add_generation_prompt=True)
+
+    def next(self, text: str, reply_closed: bool) -> str:
+        """The turn after a reply; ``reply_closed``: the reply already ends with the end-of-turn text."""
+        opened = self._render(
+            [*self._exchange, {"role": "user", "content": text}], add_generation_prompt=True
+        )
+        if not opened.startswith(self._closed):
+            raise ValueError("the chat template renders earlier turns differently once a turn is added")
+        after = self._after_reply[len(self.end_text) :] if reply_closed else self._after_reply
+        return after + opened[len(self._closed) :]
+
+    def strip_end(self, reply: str) -> tuple[str, bool]:
+        """The reply without its end-of-turn text, and whether it had one."""
+        closed = reply.endswith(self.end_text)
+        return (reply[: -len(self.end_text)] if closed else reply), closed
+
+
+class HGPOAgentInstance(AgentInstanceBase):
+    """One episode of one sample: OpenRLHF makes an instance per sample and calls reset, then step."""
+
+    def __init__(self, executor: HGPOAgentExecutor, turns: ChatTurns) -> None:
+        self.executor = executor
+        self.turns = turns
+        self.session: EnvSession | None = None
+
+    async def reset(self, states: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        task_id, seed = parse_label(states["label"])
+        self.session = self.executor.take_session()
+        text = await asyncio.to_thread(self.session.reset, task_id=task_id, seed=seed)
+        return {"observation": self.turns.first(text)}
+
+    async def step(self, state_dict: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        session = self.session
+        if session is None:
+            raise RuntimeError("step() before reset()")
+        reply, closed = self.turns.strip_end(state_dict["action_text"])
+        before = session.episode_return
+        text, _, done = await asyncio.to_thread(session.step, reply)
+        feedback = "" if done else self.turns.next(text, closed)
+        result = {
+            "rewards": torch.tensor(
+                session.episode_return - before
+            ),  # summed by OpenRLHF: the episode return
+            "scores": torch.tensor(session.episode_return),
+            "environment_feedback": feedback,
+            "done": done,
+            "sampling_params": state_dict.get("sampling_params"),
+            "extra_logs": {
+                "won": float(session.won),
+                "env_score": session.score,
+                "env_steps": float(session.steps),
+                "invalid_steps": float(session.invalid_steps),
+            },
+        }
+        if done:
+            self.executor.return_session(session)
+            self.session = None
+        return result
+
+
+class HGPOAgentExecutor(MultiTurnAgentExecutor):
+    """OpenRLHF's multi-turn executor over an HGPO-* env; envs are reused across samples.
+
+    Args:
+        env_id: a registered HGPO-* id.
+        invalid_penalty: subtracted from the sample's reward per invalid step.
+        env_kwargs: passed to ``gymnasium.make`` (``response_format``, ``max_steps``, env options).
+    """
+
+    def __init__(self, env_id: str, *, invalid_penalty: float = 0.1, **env_kwargs: Any) -> None:
+        super().__init__(HGPOAgentInstance)
+        self.env_id = env_id
+        self.invalid_penalty = invalid_penalty
+        self.env_kwargs = env_kwargs
+        self._idle: list[EnvSession] = []
+        self._turns: ChatTurns | None = None
+
+    def take_session(self) -> EnvSession:
+        """An idle env, or a new one: as many envs as episodes run at once, not one per sample."""
+        if self._idle:
+            return self._idle.pop()
+        return EnvSession(self.env_id, invalid_penalty=self.invalid_penalty, **self.env_kwargs)
+
+    def return_session(self, session: EnvSession) -> None:
+        self._idle.append(session)
+
+    async def execute(
+        self, prompt, label, sampling_params, max_length: int, hf_tokenizer, llm_engine, images=None
+    ):
+        # The instance writes turns in the tokenizer's chat template, and OpenRLHF makes instances
+        # without arguments: bind this executor and the tokenizer (the same for every call).
+        if self._turns is None or self._turns.tokenizer is not hf_tokenizer:
+            self._turns = ChatTurns(hf_tokenizer)
+        self.agent_instance_cls = functools.partial(HGPOAgentInstance, self, self._turns)
+        return await super().execute(
+            prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, images
+        )
+
+
+def agent_executor(env_id: str, **kwargs: Any) -> type[HGPOAgentExecutor]:
+    """The ``AgentExecutor`` class an ``--agent_func_path`` file must define (OpenRLHF makes it
+    without arguments); ``kwargs`` go to :class:`HGPOAgentExecutor`. Bad env arguments fail here."""
+    env_kwargs = {k: v for k, v in kwargs.items() if k != "invalid_penalty"}
+    gym.make(env_id, **{"history_length": 0, **env_kwargs}).close()
+
+    class AgentExecutor(HGPOAgentExecutor):
+        def __init__(self) -> None:
+            super().__init__(env_id, **kwargs)
+
+    return AgentExecutor

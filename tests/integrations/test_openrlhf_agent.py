@@ -1,0 +1,145 @@
+"""OpenRLHF agent API against the real ``openrlhf`` package: its MultiTurnAgentExecutor runs our agent,
+its loader reads our --agent_func_path file, and its experience builder takes the result.
+
+The vLLM engine is GPU-only; a local stand-in replaces it (ExpertEngine below), replying with the
+Rooms expert's commands from a replica of the env, as token ids like vLLM's. vllm and flash_attn,
+imported by OpenRLHF modules at import time, are stubbed where those modules are imported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+
+import gymnasium as gym
+import pytest
+from integration_setup import ENV_ID, ROOMS, import_error_without
+from transformers import AutoTokenizer
+
+from hgpo_train.openrlhf.stubs import stubbed_gpu_packages
+from integrations.openrlhf_agent import HGPOAgentExecutor, agent_executor, parse_label, write_tasks
+
+ENV_KWARGS = {"response_format": "plain", "max_steps": 30, **ROOMS}
+
+
+class ExpertEngine:
+    """Stands in for OpenRLHF's vLLM engine: replies with the expert's command for a replica of the
+    episode (after ``invalid_first`` inadmissible replies), each ending with the end-of-turn token."""
+
+    def __init__(self, tokenizer, task_id: int, invalid_first: int = 0) -> None:
+        self.tokenizer = tokenizer
+        self.replica = gym.make(ENV_ID, history_length=0, **ENV_KWARGS)
+        self.replica.reset(options={"task_id": task_id})
+        self.invalid_left = invalid_first
+        self.replies: list[str] = []
+
+    async def generate(self, prompt_token_ids, sampling_params, multi_modal_data=None):
+        if self.invalid_left:
+            self.invalid_left -= 1
+            reply = "fly away"
+        else:
+            reply = self.replica.unwrapped.expert_action()
+        self.replica.step(reply)
+        self.replies.append(reply)
+        ids = self.tokenizer.encode(reply, add_special_tokens=False) + [self.tokenizer.eos_token_id]
+        text = self.tokenizer.decode(ids, skip_special_tokens=sampling_params.skip_special_tokens)
+        return SimpleNamespace(
+            outputs=[SimpleNamespace(token_ids=ids, text=text, finish_reason="stop", logprobs=None)]
+        )
+
+
+def sampling_params():
+    """The fields of vLLM's SamplingParams the executor reads, with OpenRLHF's defaults."""
+    return SimpleNamespace(max_tokens=None, logprobs=None, skip_special_tokens=False)
+
+
+def play(executor, tokenizer, label, engine):
+    return asyncio.run(executor.execute("", label, sampling_params(), 4096, tokenizer, engine))
+
+
+def test_an_episode_through_openrlhfs_executor_and_experience_builder(tiny_model):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    executor = agent_executor(ENV_ID, **ENV_KWARGS)()
+    engine = ExpertEngine(tokenizer, task_id=5, invalid_first=1)
+    result = play(executor, tokenizer, json.dumps({"task_id": 5}), engine)
+
+    assert result["reward"] == pytest.approx(10.0 - 0.1)  # won, one invalid step
+    assert result["scores"] == pytest.approx(10.0 - 0.1)
+    assert result["extra_logs"]["won"] == 1.0 and result["extra_logs"]["invalid_steps"] == 1.0
+
+    # the token sequence is the conversation in the model's chat template: env turns and replies
+    reference = gym.make(ENV_ID, history_length=0, **ENV_KWARGS)
+    text, _ = reference.reset(options={"task_id": 5})
+    messages = [{"role": "user", "content": text}]
+    for reply in engine.replies:
+        text, _, terminated, truncated, _ = reference.step(reply)
+        messages.append({"role": "assistant", "content": reply})
+        if not (terminated or truncated):
+            messages.append({"role": "user", "content": text})
+    rendered = tokenizer.apply_chat_template(messages, tokenize=False)
+    tokens = result["observation_tokens"]
+    assert rendered.startswith(tokenizer.decode(tokens)) and rendered[len(tokenizer.decode(tokens)) :] == "\n"
+    # the action ranges are exactly the replies
+    assert [tokenizer.decode(tokens[a:b]) for a, b in result["action_ranges"]] == [
+        r + "<|im_end|>" for r in engine.replies
+    ]
+
+    with stubbed_gpu_packages():  # openrlhf's samples_generator imports vllm at module level
+        from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
+
+        experience = SamplesGenerator._process_response_into_experience(None, result, max_len=4096)
+    assert experience.rewards.item() == pytest.approx(9.9)
+    assert experience.info["won"].item() == 1.0
+    assert experience.action_mask.sum().item() == sum(b - a for a, b in result["action_ranges"])
+
+
+def test_samples_of_one_prompt_play_its_task_and_share_envs(tiny_model):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    executor = agent_executor(ENV_ID, **ENV_KWARGS)()
+
+    async def group(label, size):
+        engines = [ExpertEngine(tokenizer, task_id=label) for _ in range(size)]
+        runs = [executor.execute("", label, sampling_params(), 4096, tokenizer, e) for e in engines]
+        return await asyncio.gather(*runs)
+
+    first = asyncio.run(group(7, 4))
+    assert len({tuple(r["observation_tokens"][: r["action_ranges"][0][0]]) for r in first}) == 1
+    assert all(r["reward"] == pytest.approx(10.0) for r in first)
+    assert len(executor._idle) == 4  # four episodes at once: four envs, all idle again
+    asyncio.run(group(9, 4))
+    assert len(executor._idle) == 4  # reused, none made
+
+
+def test_openrlhf_loads_the_agent_func_file(monkeypatch):
+    monkeypatch.setenv("HGPO_ENV_ID", ENV_ID)
+    monkeypatch.setenv("HGPO_ENV_KWARGS", json.dumps(ENV_KWARGS))
+    with stubbed_gpu_packages():
+        from openrlhf.trainer.ray.vllm_engine import _load_agent_executor
+
+        executor = _load_agent_executor("integrations/openrlhf_agent_func.py")
+    assert isinstance(executor, HGPOAgentExecutor)
+    assert executor.env_id == ENV_ID and executor.env_kwargs == ENV_KWARGS
+    monkeypatch.delenv("HGPO_ENV_ID")
+    with stubbed_gpu_packages(), pytest.raises(RuntimeError, match="HGPO_ENV_ID"):
+        _load_agent_executor("integrations/openrlhf_agent_func.py")
+
+
+def test_labels_and_task_files(tmp_path):
+    path = write_tasks(tmp_path / "tasks.jsonl", [4, 11])
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [parse_label(row["label"]) for row in rows] == [(4, None), (11, None)]
+    assert parse_label({"seed": 3}) == (None, 3) and parse_label(12) == (12, None)
+    for bad in ("{}", "north", {"task": 1}, True):
+        with pytest.raises(ValueError, match="label"):
+            parse_label(bad)
+
+
+def test_bad_env_arguments_fail_when_the_executor_class_is_made():
+    with pytest.raises(TypeError):
+        agent_executor(ENV_ID, colour=1)
+
+
+def test_missing_openrlhf_names_the_extra(monkeypatch):
+    message = import_error_without(monkeypatch, "integrations.openrlhf_agent", "openrlhf.utils.agent")
+    assert "pip install -e '.[openrlhf-agent]'" in message and "\n" not in message
