@@ -134,7 +134,9 @@ def play_episodes(
     resets = pool.reset(seeds=seeds, task_ids=task_ids)
     prompts = {r.env_index: r.obs for r in resets}
     infos = {r.env_index: r.info for r in resets}
-    episodes = {r.env_index: Episode(r.group, r.member, r.info["task"], r.info.get("task_type")) for r in resets}
+    episodes = {
+        r.env_index: Episode(r.group, r.member, r.info["task"], r.info.get("task_type")) for r in resets
+    }
     active = [r.env_index for r in resets]
     while active:
         responses = respond([prompts[i] for i in active], [infos[i] for i in active])

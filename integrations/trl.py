@@ -172,7 +172,6 @@ class HGPOTrainer(GRPOTrainer):
         env_kwargs: dict[str, Any] | None = None,
         advantage: AdvantageConfig | None = None,
         pool_options: dict[str, Any] | None = None,
-        reward_funcs: Any = None,
         **kwargs: Any,
     ) -> None:
         self.env_id = env_id
@@ -180,12 +179,13 @@ class HGPOTrainer(GRPOTrainer):
         self.advantage = advantage or AdvantageConfig()
         self.pool_options = dict(pool_options or {})
         gym.make(env_id, **self.env_kwargs).close()  # bad env arguments fail before the model loads
-        if kwargs.get("tools") or kwargs.get("environment_factory") or kwargs.get("rollout_func"):
-            raise ValueError(
-                "HGPOTrainer plays the environment itself: tools, environment_factory and rollout_func "
-                "belong to the environment level (plain GRPOTrainer)"
-            )
-        super().__init__(model, reward_funcs=reward_funcs or environment_reward, args=args, **kwargs)
+        for name in ("reward_funcs", "tools", "environment_factory", "rollout_func"):
+            if kwargs.get(name):
+                raise ValueError(
+                    f"HGPOTrainer plays the environment itself and takes its rewards from it: {name} "
+                    "belongs to plain GRPOTrainer (environment level, see environment_factory)"
+                )
+        super().__init__(model, reward_funcs=environment_reward, args=args, **kwargs)
         if self.use_vllm and self.vllm_importance_sampling_correction:
             raise ValueError(
                 "HGPOTrainer does not implement vLLM importance-sampling correction yet: "
