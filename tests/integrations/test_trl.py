@@ -217,11 +217,12 @@ def test_step_level_rejects_rows_without_a_task(tiny_model, tmp_path):
         trainer.train()
 
 
-def test_bad_env_arguments_fail_before_the_model_loads(tmp_path):
+def test_bad_arguments_fail_before_the_model_loads(tmp_path):
+    args = grpo_config(tmp_path)
     with pytest.raises(TypeError):
-        HGPOTrainer(
-            model="no/such-model", args=grpo_config(tmp_path), env_id=ENV_ID, env_kwargs={"colour": 1}
-        )
+        HGPOTrainer(model="no/such-model", args=args, env_id=ENV_ID, env_kwargs={"colour": 1})
+    with pytest.raises(ValueError, match="reward_funcs belongs to plain GRPOTrainer"):
+        HGPOTrainer(model="no/such-model", args=args, env_id=ENV_ID, reward_funcs=[len])
 
 
 # ------------------------------------------------------------------------- environment level
