@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
-from hgpo_train.config import EnvConfig, TinyModelConfig
-from hgpo_train.tiny_model import build_tiny_model
+import numpy as np
+
+from hgpo_train.advantage import (
+    AdvantageConfig,
+    episode_scores,
+    gigpo_advantages,
+    grpo_advantages,
+    hgpo_advantages,
+    step_returns,
+)
 
 ENV_ID = "HGPO-Rooms-v0"
 ROOMS = {"min_rooms": 2, "max_rooms": 3, "lock_probability": 0.0}
@@ -14,6 +23,9 @@ ROOMS = {"min_rooms": 2, "max_rooms": 3, "lock_probability": 0.0}
 
 def tiny_chat_model(out_dir: Path) -> str:
     """A random-weight Qwen2 and its tokenizer (ChatML template, end of turn ``<|im_end|>``), saved to ``out_dir``."""
+    from hgpo_train.config import EnvConfig, TinyModelConfig
+    from hgpo_train.tiny_model import build_tiny_model
+
     env = EnvConfig(name="rooms", response_format="plain", max_steps=4, kwargs=ROOMS)
     tiny = TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, vocab_size=400)
     return str(build_tiny_model(env, tiny, out_dir, seed=0))
@@ -31,3 +43,31 @@ def import_error_without(monkeypatch, adapter: str, framework: str) -> str:
     with pytest.raises(ImportError) as raised:
         importlib.import_module(adapter)
     return str(raised.value)
+
+
+def reference_advantages(
+    rewards: Sequence[float],
+    rollouts: Sequence[str],
+    groups: Sequence[object],
+    invalid: Sequence[bool],
+    fingerprints: np.ndarray,
+    config: AdvantageConfig,
+) -> np.ndarray:
+    """The configured estimator from its own function in hgpo_train.advantage, on raw step columns
+    (rows of a rollout in chronological order), independently of the adapters' code paths."""
+    scores = episode_scores(rewards, rollouts, invalid, config.invalid_penalty)
+    if config.estimator == "grpo":
+        return grpo_advantages(scores, groups, config.mode)
+    returns = step_returns(rewards, rollouts, config.gamma, invalid, config.invalid_penalty)
+    if config.estimator == "gigpo":
+        return gigpo_advantages(returns, scores, groups, fingerprints, config.mode, config.step_weight)
+    return hgpo_advantages(
+        returns,
+        groups,
+        fingerprints,
+        config.mode,
+        config.alpha,
+        config.base_group,
+        scores,
+        config.weight_offset,
+    )

@@ -16,20 +16,13 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from integration_setup import ENV_ID, ROOMS, import_error_without
+from integration_setup import ENV_ID, ROOMS, import_error_without, reference_advantages
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import get_json_schema
 from trl import GRPOConfig, GRPOTrainer
 
 import hgpo_env  # noqa: F401  (registers the HGPO-* ids)
-from hgpo_train.advantage import (
-    AdvantageConfig,
-    episode_scores,
-    gigpo_advantages,
-    grpo_advantages,
-    hgpo_advantages,
-    step_returns,
-)
+from hgpo_train.advantage import AdvantageConfig
 from integrations.trl import HGPOTrainer, StepSample, environment_factory, task_dataset
 
 ENV_KWARGS = {"history_length": 2, "response_format": "plain", "max_steps": 4, **ROOMS}
@@ -87,29 +80,15 @@ def replay(episode, task_id: int) -> list[tuple[float, bool, tuple[int, ...]]]:
     return out
 
 
-def reference_advantages(episodes, config: AdvantageConfig) -> np.ndarray:
-    """The estimator from its own function on the episodes' raw steps (rollouts keyed by strings)."""
+def episode_advantages(episodes, config: AdvantageConfig) -> np.ndarray:
     rows = [(e, s) for e in episodes for s in e.steps]
-    rollouts = [f"{e.group}/{e.member}" for e, _ in rows]
-    groups = [e.group for e, _ in rows]
-    rewards = [s.reward for _, s in rows]
-    invalid = [s.invalid for _, s in rows]
-    fingerprints = np.array([s.fingerprints for _, s in rows], dtype=np.uint64)
-    scores = episode_scores(rewards, rollouts, invalid, config.invalid_penalty)
-    if config.estimator == "grpo":
-        return grpo_advantages(scores, groups, config.mode)
-    returns = step_returns(rewards, rollouts, config.gamma, invalid, config.invalid_penalty)
-    if config.estimator == "gigpo":
-        return gigpo_advantages(returns, scores, groups, fingerprints, config.mode, config.step_weight)
-    return hgpo_advantages(
-        returns,
-        groups,
-        fingerprints,
-        config.mode,
-        config.alpha,
-        config.base_group,
-        scores,
-        config.weight_offset,
+    return reference_advantages(
+        [s.reward for _, s in rows],
+        [f"{e.group}/{e.member}" for e, _ in rows],
+        [e.group for e, _ in rows],
+        [s.invalid for _, s in rows],
+        np.array([s.fingerprints for _, s in rows], dtype=np.uint64),
+        config,
     )
 
 
@@ -157,7 +136,7 @@ def test_step_level_advantages_reach_the_loss(tiny_model, tmp_path, estimator):
         for e in episodes:
             assert replay(e, group_tasks[e.group]) == [(s.reward, s.invalid, s.fingerprints) for s in e.steps]
 
-        expected = reference_advantages(episodes, advantage)
+        expected = episode_advantages(episodes, advantage)
         nonzero += int(np.abs(expected).max() > 1e-6)
         want: dict[tuple, list[float]] = defaultdict(list)
         for s, a in zip([s for e in episodes for s in e.steps], expected):

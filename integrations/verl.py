@@ -1,0 +1,164 @@
+"""Step-level HGPO and GiGPO as verl advantage estimators (verl 0.9; verl-agent through :func:`step_advantages`).
+
+verl's ``compute_advantage`` gives a registered estimator ``token_level_rewards``,
+``response_mask``, ``config`` and ``index`` (``non_tensor_batch["uid"]``) only, so the per-step
+data the estimators need rides in ``uid``: :func:`attach_step_keys` replaces each uid with a
+:class:`StepKey`, a ``str`` equal to the original uid (so everything in verl that groups by uid
+is unchanged) that also carries the step's episode id, position, env reward, invalid flag and
+fingerprints. It reads them from the batch's ``non_tensor_batch`` under verl-agent's names, which
+:class:`integrations.verl_agent.PoolEnvironmentManager` fills.
+
+The step reward comes from the key, not from ``token_level_rewards``: verl-agent's episode reward
+manager writes the episode's total on every step sample. The estimators' settings come from the
+:class:`~hgpo_train.advantage.AdvantageConfig` given to :func:`register_estimators`; verl's
+``algorithm.gamma`` and ``norm_adv_by_std_in_grpo`` are not read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hgpo_train.advantage import AdvantageConfig, compute_advantages
+from integrations._framework import missing_framework
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+try:
+    import torch
+    from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
+except ImportError as error:
+    raise missing_framework("verl", error) from error
+
+STEP_FIELDS = {
+    "episode": "traj_uid",
+    "fingerprints": "anchor_obs",
+    "valid": "is_action_valid",
+    "reward": "rewards",
+}
+"""Where :func:`attach_step_keys` reads each step's data in ``non_tensor_batch`` (verl-agent's names)."""
+ESTIMATOR_NAMES = ("hgpo", "gigpo")
+
+
+class StepKey(str):
+    """A sample's uid (its task group) that also carries what step advantages need."""
+
+    episode: str
+    step: int
+    reward: float
+    invalid: bool
+    fingerprints: tuple[int, ...]
+
+    def __new__(
+        cls, group: str, episode: str, step: int, reward: float, invalid: bool, fingerprints: Sequence[int]
+    ) -> Self:
+        key = super().__new__(cls, group)
+        key.episode, key.step, key.reward, key.invalid = str(episode), int(step), float(reward), bool(invalid)
+        key.fingerprints = tuple(int(f) for f in fingerprints)
+        return key
+
+    def __reduce__(self) -> tuple[Any, ...]:  # batches travel between Ray workers
+        return (StepKey, (str(self), self.episode, self.step, self.reward, self.invalid, self.fingerprints))
+
+
+def attach_step_keys(data: Any, fields: dict[str, str] | None = None) -> Any:
+    """Replace ``data.non_tensor_batch["uid"]`` by :class:`StepKey` s; returns ``data``.
+
+    Call it on the rollout's batch before ``compute_advantage`` (and before anything reorders
+    the samples: a step's position in its episode is its order in the batch at this point).
+    ``fields`` overrides :data:`STEP_FIELDS`.
+    """
+    fields = {**STEP_FIELDS, **(fields or {})}
+    batch = data.non_tensor_batch
+    missing = sorted(name for name in ["uid", *fields.values()] if name not in batch)
+    if missing:
+        raise ValueError(f"the batch lacks {missing} in non_tensor_batch; present: {sorted(batch)}")
+    seen: dict[str, int] = defaultdict(int)
+    keys = np.empty(len(batch["uid"]), dtype=object)
+    for i, (group, episode, fingerprints, valid, reward) in enumerate(
+        zip(batch["uid"], *(batch[fields[name]] for name in ("episode", "fingerprints", "valid", "reward")))
+    ):
+        keys[i] = StepKey(str(group), episode, seen[str(episode)], reward, not valid, fingerprints)
+        seen[str(episode)] += 1
+    batch["uid"] = keys
+    return data
+
+
+def _columns(index: Any) -> dict[str, np.ndarray]:
+    if index is None or not all(isinstance(key, StepKey) for key in index):
+        raise ValueError(
+            "the hgpo/gigpo estimators need the steps' keys in non_tensor_batch['uid']: "
+            "call integrations.verl.attach_step_keys(batch) before compute_advantage"
+        )
+    return {
+        "group": np.array([str(k) for k in index], dtype=object),
+        "episode": np.array([k.episode for k in index], dtype=object),
+        "step": np.array([k.step for k in index], dtype=np.int64),
+        "reward": np.array([k.reward for k in index], dtype=np.float64),
+        "invalid": np.array([k.invalid for k in index], dtype=bool),
+        "fingerprints": np.array([k.fingerprints for k in index], dtype=np.uint64),
+    }
+
+
+def make_estimator(advantage: AdvantageConfig) -> Callable[..., tuple[Any, Any]]:
+    """A verl estimator function (the signature ``compute_advantage`` calls) for ``advantage``."""
+
+    def estimate(
+        token_level_rewards: torch.Tensor,
+        response_mask: torch.Tensor,
+        config: Any = None,
+        index: Any = None,
+        **_: Any,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        c = _columns(index)
+        order = np.argsort(c["step"], kind="stable")  # each episode's rows in chronological order
+        sorted_advantages = compute_advantages(
+            c["reward"][order],
+            c["episode"][order],
+            c["group"][order],
+            c["fingerprints"][order],
+            c["invalid"][order],
+            advantage,
+        )
+        per_sample = np.empty(len(order))
+        per_sample[order] = sorted_advantages
+        scores = torch.as_tensor(
+            per_sample, dtype=token_level_rewards.dtype, device=token_level_rewards.device
+        )
+        advantages = scores.unsqueeze(-1) * response_mask
+        return advantages, advantages
+
+    estimate.hgpo_estimator = True  # marks the registry entries register_estimators may replace
+    return estimate
+
+
+def register_estimators(
+    advantage: AdvantageConfig | None = None, names: Sequence[str] = ESTIMATOR_NAMES
+) -> None:
+    """Register step-level ``hgpo`` and ``gigpo`` with verl (``algorithm.adv_estimator=hgpo``),
+    with ``advantage``'s settings (default: the paper's ALFWorld ones); calling it again replaces them."""
+    base = advantage or AdvantageConfig()
+    for name in names:
+        if name not in ESTIMATOR_NAMES:
+            raise ValueError(f"unknown estimator {name!r}; expected some of {ESTIMATOR_NAMES}")
+        previous = ADV_ESTIMATOR_REGISTRY.get(name)
+        if previous is not None and not getattr(previous, "hgpo_estimator", False):
+            raise ValueError(f"verl already has an estimator named {name!r} that is not this project's")
+        ADV_ESTIMATOR_REGISTRY.pop(name, None)
+        register_adv_est(name)(make_estimator(dataclasses.replace(base, estimator=name)))
+
+
+def step_advantages(data: Any, advantage: AdvantageConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(advantages, returns)`` of a rollout batch, for trainers without verl's estimator
+    registry (verl-agent's fork): attaches the step keys, then runs the estimator."""
+    if not all(isinstance(key, StepKey) for key in data.non_tensor_batch["uid"]):
+        attach_step_keys(data)
+    estimate = make_estimator(advantage)
+    return estimate(
+        data.batch["token_level_rewards"], data.batch["response_mask"], index=data.non_tensor_batch["uid"]
+    )
