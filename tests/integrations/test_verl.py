@@ -1,0 +1,152 @@
+"""verl integration against the real ``verl`` package (0.9.1), in its own environment
+(``bash scripts/test_verl.sh``: verl pins transformers < 5.11, this project 5.15).
+
+Real Rooms episodes are played through PoolEnvironmentManager and laid out as verl-agent lays
+out step samples; verl's own ``compute_advantage`` then runs the registered estimator, and the
+advantages must equal hgpo_train.advantage's estimator on the raw steps, broadcast over each
+response's tokens. Nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import pickle
+import random
+import uuid
+
+import numpy as np
+import pytest
+import torch
+from integration_setup import ENV_ID, ROOMS, import_error_without, reference_advantages
+from verl import DataProto
+from verl.trainer.config import AlgoConfig
+from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.ray_trainer import compute_advantage
+
+from hgpo_train.advantage import AdvantageConfig
+from integrations.verl import StepKey, attach_step_keys, register_estimators, step_advantages
+from integrations.verl_agent import PoolEnvironmentManager
+
+ENV_KWARGS = {"history_length": 2, "response_format": "plain", "max_steps": 5, **ROOMS}
+GROUPS, GROUP_SIZE, LENGTH = 3, 4, 7
+
+
+@pytest.fixture(scope="module")
+def rollout() -> dict:
+    """Step samples in verl-agent's layout (per env, its steps in order), as columns."""
+    rng = random.Random(1)
+    manager = PoolEnvironmentManager(
+        ENV_ID, GROUPS, GROUP_SIZE, seed=0, pool_options={"num_workers": 1}, **ENV_KWARGS
+    )
+    try:
+        obs, infos = manager.reset([{"task_id": t} for t in (2, 7, 30) for _ in range(GROUP_SIZE)])
+        uids = [uid for uid in (str(uuid.uuid4()) for _ in range(GROUPS)) for _ in range(GROUP_SIZE)]
+        trajs = [str(uuid.uuid4()) for _ in uids]
+        per_env = [[] for _ in uids]
+        done = np.zeros(len(uids), dtype=bool)
+        while not done.all():
+            actions = [rng.choice([*info["admissible_actions"], "fly away"]) for info in infos]
+            next_obs, rewards, dones, infos = manager.step(actions)
+            for i in np.flatnonzero(~done):
+                per_env[i].append(
+                    (uids[i], trajs[i], obs["anchor"][i], infos[i]["is_action_valid"], rewards[i])
+                )
+            done, obs = dones, next_obs
+    finally:
+        manager.close()
+    rows = [row for steps in per_env for row in steps]
+    uid, traj, anchor, valid, reward = (np.array(column, dtype=object) for column in zip(*rows))
+    return {"uid": uid, "traj_uid": traj, "anchor_obs": anchor, "is_action_valid": valid, "rewards": reward}
+
+
+def batch(rollout: dict) -> DataProto:
+    """A DataProto as verl-agent builds it: the episode's return on every step's last token (its
+    episode reward manager), response lengths that differ, the step data in non_tensor_batch."""
+    n = len(rollout["uid"])
+    lengths = torch.randint(1, LENGTH + 1, (n,), generator=torch.Generator().manual_seed(0))
+    mask = (torch.arange(LENGTH) < lengths[:, None]).float()
+    totals = {
+        t: sum(r for tr, r in zip(rollout["traj_uid"], rollout["rewards"]) if tr == t)
+        for t in set(rollout["traj_uid"])
+    }
+    token_rewards = torch.zeros(n, LENGTH)
+    token_rewards[torch.arange(n), lengths - 1] = torch.tensor(
+        [totals[t] for t in rollout["traj_uid"]], dtype=torch.float32
+    )
+    non_tensors = {key: np.array(list(value), dtype=object) for key, value in rollout.items()}
+    return DataProto.from_dict(
+        tensors={"token_level_rewards": token_rewards, "response_mask": mask}, non_tensors=non_tensors
+    )
+
+
+def expected(rollout: dict, config: AdvantageConfig) -> np.ndarray:
+    fingerprints = np.array([tuple(a) for a in rollout["anchor_obs"]], dtype=np.uint64)
+    return reference_advantages(
+        [float(r) for r in rollout["rewards"]],
+        list(rollout["traj_uid"]),
+        list(rollout["uid"]),
+        [not v for v in rollout["is_action_valid"]],
+        fingerprints,
+        config,
+    )
+
+
+@pytest.mark.parametrize("estimator", ["hgpo", "gigpo"])
+@pytest.mark.parametrize("mode", ["mean_norm", "mean_std_norm"])
+def test_verls_compute_advantage_runs_the_registered_estimator(rollout, estimator, mode):
+    config = AdvantageConfig(estimator=estimator, mode=mode)
+    register_estimators(AdvantageConfig(mode=mode))
+    data = attach_step_keys(batch(rollout))
+    shuffle = np.random.default_rng(0).permutation(len(data))
+    data.reorder(torch.as_tensor(shuffle))  # as verl's balance_batch may: the estimator restores step order
+    data = compute_advantage(data, estimator, config=AlgoConfig(adv_estimator=estimator))
+
+    want = expected(rollout, config)[shuffle]
+    assert np.abs(want).max() > 1e-3  # the comparison can fail
+    mask = data.batch["response_mask"]
+    np.testing.assert_allclose(
+        data.batch["advantages"].numpy(), (want[:, None] * mask.numpy()), rtol=1e-5, atol=1e-6
+    )
+    assert torch.equal(data.batch["returns"], data.batch["advantages"])
+
+
+def test_step_advantages_for_trainers_without_the_registry(rollout):
+    config = AdvantageConfig(estimator="hgpo", mode="mean_norm")
+    advantages, _ = step_advantages(batch(rollout), config)
+    np.testing.assert_allclose(
+        advantages.sum(-1) / batch(rollout).batch["response_mask"].sum(-1),
+        expected(rollout, config),
+        rtol=1e-5,
+        atol=1e-6,
+    )
+
+
+def test_step_keys_behave_as_the_uid_and_survive_pickling(rollout):
+    data = attach_step_keys(batch(rollout))
+    keys = data.non_tensor_batch["uid"]
+    assert list(keys) == list(rollout["uid"]) and len(set(keys)) == GROUPS
+    restored = pickle.loads(pickle.dumps(data))
+    key = restored.non_tensor_batch["uid"][5]
+    assert isinstance(key, StepKey) and (key.episode, key.step, key.fingerprints) == (
+        keys[5].episode,
+        keys[5].step,
+        keys[5].fingerprints,
+    )
+    assert [k.step for k in keys[:3]] == [0, 1, 2]
+
+
+def test_clear_errors(rollout, monkeypatch):
+    register_estimators()
+    with pytest.raises(ValueError, match="attach_step_keys"):
+        compute_advantage(batch(rollout), "hgpo", config=AlgoConfig(adv_estimator="hgpo"))
+    data = batch(rollout)
+    del data.non_tensor_batch["anchor_obs"]
+    with pytest.raises(ValueError, match="anchor_obs"):
+        attach_step_keys(data)
+    monkeypatch.setitem(core_algos.ADV_ESTIMATOR_REGISTRY, "hgpo", len)  # someone else's "hgpo"
+    with pytest.raises(ValueError, match="not this project's"):
+        register_estimators(names=["hgpo"])
+
+
+def test_missing_verl_names_the_extra(monkeypatch):
+    message = import_error_without(monkeypatch, "integrations.verl", "verl.trainer.ppo.core_algos")
+    assert "pip install -e '.[verl]'" in message
