@@ -262,9 +262,8 @@ class HGPOTrainer(GRPOTrainer):
     ) -> tuple[np.ndarray, np.ndarray]:
         """This process's step advantages, and every process's (for logs), from all processes' steps."""
         columns = step_columns(episodes)
-        columns["group_id"] += (
-            num_groups * self.accelerator.process_index
-        )  # group ids unique across processes
+        # group ids unique across processes
+        columns["group_id"] += num_groups * self.accelerator.process_index
         every = gather_object([columns])
         merged = {name: np.concatenate([c[name] for c in every]) for name in columns}
         advantages = compute_advantages(

@@ -162,7 +162,8 @@ def test_step_level_advantages_reach_the_loss(tiny_model, tmp_path, estimator):
 def test_step_batch_pads_to_whole_micro_batches_without_losing_a_step(tiny_model, tmp_path):
     trainer = HGPOTrainer(
         model=tiny_model,
-        args=grpo_config(tmp_path),
+        # beta > 0 and two iterations per generation: the batch also needs reference and old log-probs
+        args=grpo_config(tmp_path, beta=0.04, num_iterations=2),
         processing_class=AutoTokenizer.from_pretrained(tiny_model),
         train_dataset=task_dataset([1, 2]),
         env_id=ENV_ID,
@@ -176,6 +177,9 @@ def test_step_batch_pads_to_whole_micro_batches_without_losing_a_step(tiny_model
     assert batch["advantages"].tolist() == [1, 2, 3, 4, 5, 6, 7, 0, 0]
     assert batch["num_items_in_batch"] == sum(len(s.completion_ids) for s in samples)
     assert batch["prompt_ids"][2].tolist() == [5, 6, 7] and batch["prompt_mask"][0].tolist() == [0, 0, 1]
+    # at the start the reference is the policy: both log-probs are the policy's
+    assert batch["old_per_token_logps"].shape == batch["completion_ids"].shape
+    torch.testing.assert_close(batch["ref_per_token_logps"], batch["old_per_token_logps"])
     eval_batch = trainer._step_batch(samples, advantages, "eval")  # evaluation is not split: no copies
     assert eval_batch["prompt_ids"].shape[0] == 7 and "tool_mask" not in eval_batch
 
