@@ -26,8 +26,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
-
 from hgpo_train.generation import end_token_id
 from integrations._framework import missing_framework
 from integrations.session import EnvSession
@@ -195,8 +193,7 @@ class HGPOAgentExecutor(MultiTurnAgentExecutor):
 def agent_executor(env_id: str, **kwargs: Any) -> type[HGPOAgentExecutor]:
     """The ``AgentExecutor`` class an ``--agent_func_path`` file must define (OpenRLHF makes it
     without arguments); ``kwargs`` go to :class:`HGPOAgentExecutor`. Bad env arguments fail here."""
-    env_kwargs = {k: v for k, v in kwargs.items() if k != "invalid_penalty"}
-    gym.make(env_id, **{"history_length": 0, **env_kwargs}).close()
+    EnvSession(env_id, **kwargs).close()
 
     class AgentExecutor(HGPOAgentExecutor):
         def __init__(self) -> None:

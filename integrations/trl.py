@@ -112,7 +112,7 @@ class HGPOToolEnvironment:
 def environment_factory(env_id: str, **env_kwargs: Any) -> Callable[[], HGPOToolEnvironment]:
     """``GRPOTrainer(environment_factory=...)`` for an HGPO-* env; ``env_kwargs`` go to
     :class:`HGPOToolEnvironment` (``invalid_penalty``) and ``gymnasium.make``."""
-    gym.make(env_id, **{"history_length": 0, **env_kwargs}).close()  # bad arguments fail here, once
+    EnvSession(env_id, **env_kwargs).close()  # bad arguments fail here, once
     return functools.partial(HGPOToolEnvironment, env_id, **env_kwargs)
 
 
