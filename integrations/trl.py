@@ -337,33 +337,31 @@ class HGPOTrainer(GRPOTrainer):
                 batch["ref_per_token_logps"] = self._reference_logps(batch, size)
         return batch
 
-    def _log_episodes(
-        self,
-        episodes: list[Episode[StepSample]],
-        samples: list[StepSample],
-        advantages: np.ndarray,
-        mode: str,
-    ) -> None:
-        every = [e for part in gather_object([episodes]) for e in part]
-        steps = [s for e in every for s in e.steps]
+    def _log_episodes(self, episodes: list[Episode[StepSample]], advantages: np.ndarray, mode: str) -> None:
+        """Env metrics over all processes' episodes, and the completions table's columns."""
+        summaries = [
+            (e.won, e.score, len(e.steps), [(s.reward, s.invalid) for s in e.steps]) for e in episodes
+        ]
+        every = [summary for part in gather_object([summaries]) for summary in part]
+        steps = [step for *_, episode_steps in every for step in episode_steps]
+        rewards = [reward for reward, _ in steps]
         metrics = {
-            "env/success_rate": np.mean([e.won for e in every]),
-            "env/score": np.mean([e.score for e in every]),
-            "env/episode_return": np.mean([sum(s.reward for s in e.steps) for e in every]),
-            "env/episode_length": np.mean([len(e.steps) for e in every]),
-            "env/invalid_rate": np.mean([s.invalid for s in steps]),
+            "env/success_rate": np.mean([won for won, *_ in every]),
+            "env/score": np.mean([score for _, score, *_ in every]),
+            "env/episode_return": np.mean([sum(r for r, _ in episode_steps) for *_, episode_steps in every]),
+            "env/episode_length": np.mean([length for _, _, length, _ in every]),
+            "env/invalid_rate": np.mean([invalid for _, invalid in steps]),
             "env/step_samples": len(steps),
-            "reward": np.mean([s.reward for s in steps]),
+            "reward": np.mean(rewards),
             "advantage/mean": advantages.mean(),
             "advantage/std": advantages.std(),
         }
         for name, value in metrics.items():
             self._metrics[mode][name].append(float(value))
-        self._logs["prompt"].extend(
-            gather_object([self._encoder.tokenizer.decode(s.prompt_ids) for s in samples])
-        )
-        self._logs["completion"].extend(gather_object([s.text for s in samples]))
-        self._logs["rewards"][environment_reward.__name__].extend([s.reward for s in steps])
+        local = [s for e in episodes for s in e.steps]
+        self._logs["prompt"].extend(gather_object([s.prompt for s in local]))
+        self._logs["completion"].extend(gather_object([s.response.text for s in local]))
+        self._logs["rewards"][environment_reward.__name__].extend(rewards)
         self._logs["advantages"].extend(advantages.tolist())
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -373,5 +371,5 @@ class HGPOTrainer(GRPOTrainer):
         self.last_episodes = episodes
         mine, every = self._step_advantages(episodes, len(inputs) // group_size)
         samples = [s.response for e in episodes for s in e.steps]
-        self._log_episodes(episodes, samples, every, mode)
+        self._log_episodes(episodes, every, mode)
         return self._step_batch(samples, mine, mode)
