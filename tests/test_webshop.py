@@ -16,8 +16,6 @@ import hgpo_env  # noqa: F401
 from hgpo_env.envs.webshop import (
     SEARCH_PLACEHOLDER,
     GeneratedCatalogWarning,
-    Goal,
-    Product,
     WebShopEnv,
     generate_catalog,
     load_catalog,
@@ -27,8 +25,6 @@ from hgpo_env.envs.webshop import (
     sources,
 )
 from hgpo_env.envs.webshop import search as search_module
-from hgpo_env.envs.webshop.nouns import nouns
-from hgpo_env.envs.webshop.reward import fuzzy_ratio, normalize_colour
 from hgpo_env.envs.webshop.search import SearchEngine, analyze
 from hgpo_env.envs.webshop.site import Page
 
@@ -201,100 +197,7 @@ def test_clicks_match_case_insensitively_and_searches_accept_any_text():
     assert parse_command("click[ ]") is None and parse_command("look") is None
 
 
-# ----------------------------------------------------------------- reward, hand computed
-def _product(**changes) -> Product:
-    base = Product(
-        asin="H000000001",
-        title="Cotton Kitchen Towel",
-        description="Soft towels. Paraben free dye.",
-        bullet_points=("Absorbent", "Machine washable"),
-        pricing=(20.0,),
-        price_tag="$20.0",
-        options={"color": ("jet black", "white"), "size": ("large", "x-large")},
-        attributes=("tea tree oil", "cotton"),
-        category="garden",
-        query="kitchen towels",
-        product_category="Home & Kitchen › Kitchen & Dining › Kitchen Linens › Kitchen Towels",
-        rating="4.5",
-    )
-    return dataclasses.replace(base, **changes)
-
-
-def _goal(**changes) -> Goal:
-    base = Goal(
-        asin="H000000001",
-        name="Cotton Kitchen Towel",
-        category="garden",
-        query="kitchen towels",
-        product_category="Home & Kitchen › Kitchen & Dining › Kitchen Linens › Kitchen Towels",
-        instruction_text="i need kitchen towels",
-        attributes=("tea tree",),
-        options=("black", "large"),
-        price_upper=30.0,
-    )
-    return dataclasses.replace(base, **changes)
-
-
-def test_attribute_reward_counts_fuzzy_and_literal_matches():
-    goal = _goal(attributes=("tea tree", "paraben free", "long lasting"), options=())
-    details = score_purchase(_product(), 20.0, {}, goal)  # fuzzy, in the description, missing
-    assert details.r_attribute == pytest.approx(2 / 3) and details.score == pytest.approx(
-        (2 + 0 + 1) / (3 + 0 + 1)
-    )
-
-
-def test_option_reward_normalises_colours_and_matches_sizes_exactly():
-    goal = _goal()
-    assert score_purchase(_product(), 20.0, {"color": "jet black", "size": "large"}, goal).score == 1.0
-    partial = score_purchase(_product(), 20.0, {"color": "jet black", "size": "x-large"}, goal)
-    assert partial.r_option == 0.5 and partial.score == pytest.approx((1 + 1 + 1) / (1 + 2 + 1))
-    literal = score_purchase(_product(), 20.0, {"color": "white", "size": "absorbent"}, goal)
-    assert (
-        literal.r_option == 0.5
-    )  # "absorbent" is in the bullet points, "white" is neither asked nor written
-
-
-def test_price_reward_needs_the_price_under_the_cap():
-    goal = _goal(options=())
-    assert score_purchase(_product(), 30.0, {}, goal).score == 1.0
-    details = score_purchase(_product(), 30.01, {}, goal)
-    assert not details.r_price and details.score == pytest.approx((1 + 0 + 0) / (1 + 0 + 1))
-
-
-def test_type_reward_from_query_category_and_title_nouns():
-    long_name = "Lavender Soap Bar for Hands Face Body Skin Hair Dogs Cats Horses Cars Boats"
-    assert len(nouns(long_name)) == 12 and nouns("Cotton Kitchen Towel") == ("cotton", "kitchen", "towel")
-    other = {"query": "other", "product_category": "A › B › C"}
-    goal = _goal(options=(), attributes=("cotton",))
-    cases = [
-        ("Stainless Steel Kitchen Knife", "Cotton Kitchen Towel", 1.0),  # 1 of 3 nouns > 20%
-        ("Organic Soap and Hair Shampoo", long_name, 0.5),  # 2 of 12: 17%
-        ("Cotton Towel for Sensitive Skin", long_name, 0.1),  # 1 of 12: 8%
-        ("Cotton Kitchen Towel", long_name, 0.0),  # no shared noun
-    ]
-    for title, goal_name, r_type in cases:
-        details = score_purchase(
-            _product(title=title, **other), 20.0, {}, dataclasses.replace(goal, name=goal_name)
-        )
-        assert details.r_type == r_type and details.score == r_type, title  # attribute and price match
-    same_category = score_purchase(
-        _product(title="Organic Soap and Hair Shampoo", query="other"),
-        20.0,
-        {},
-        dataclasses.replace(goal, name=long_name),
-    )
-    assert same_category.category_match and same_category.r_type == 1.0
-
-
-def test_fuzzy_matching_follows_thefuzz():
-    assert fuzzy_ratio("tea tree oil", "tea tree") == 100  # token set: one side contains the other
-    assert fuzzy_ratio("Tea-Tree!", "tea tree") == 100  # punctuation and case are ignored
-    assert fuzzy_ratio("", "tea") == 0 and fuzzy_ratio("café", "caf") == 100  # Latin-1 letters dropped
-    assert fuzzy_ratio("long lasting", "long term") < 85
-    assert normalize_colour("jet black") == "black" and normalize_colour("navy blue") == "blue"
-    assert normalize_colour("mystery") == "mystery"
-
-
+# ----------------------------------------------------------------- reward (rules: test_webshop_reward.py)
 def test_generated_goal_products_score_one_with_their_options():
     catalog = generate_catalog(300)
     for goal in shuffled_goals(catalog):
@@ -424,19 +327,31 @@ def test_title_nouns_are_learned_once_and_cached_on_disk(monkeypatch, tmp_path):
 
     monkeypatch.setenv("HGPO_DATA", str(tmp_path))
     monkeypatch.setattr(nouns_module, "_KNOWN", {})
-    catalog = generate_catalog(40)
+    catalog = generate_catalog(40, seed=7)  # no shipped table: tagged with spaCy
+    title = catalog.products[0].source.title
+    assert nouns_module.title_key(title) not in nouns_module.shipped_table()
     nouns_module.learn_catalog(catalog)
-    title = catalog.products[0].title
     expected = nouns_module.tag_nouns(title)
     assert expected and nouns_module.nouns(title) == expected
     monkeypatch.setattr(nouns_module, "_KNOWN", {})
 
-    def no_tagger():
+    def no_tagger(title: str) -> tuple[str, ...]:
         raise AssertionError("the tagger must not run: the table is cached")
 
-    monkeypatch.setattr(nouns_module, "_tagger", no_tagger)
+    monkeypatch.setattr(nouns_module, "tag_nouns", no_tagger)
     nouns_module.learn_catalog(catalog)
     assert nouns_module.nouns(title) == expected
+
+
+def test_the_shipped_table_covers_the_default_generated_catalog(monkeypatch):
+    from hgpo_env.envs.webshop import nouns as nouns_module
+
+    def no_tagger(title: str) -> tuple[str, ...]:
+        raise AssertionError(f"the shipped table should know {title!r}")
+
+    monkeypatch.setattr(nouns_module, "tag_nouns", no_tagger)
+    monkeypatch.setattr(nouns_module, "_KNOWN", {})
+    nouns_module.learn_catalog(generate_catalog(1000))
 
 
 def test_oracle_searches_the_title_when_the_instruction_misses():

@@ -26,6 +26,23 @@ MISSING_ATTRIBUTE = "DUMMY_ATTR"
 
 
 @dataclass(frozen=True, slots=True)
+class SourceText:
+    """A product's text as the original engine keeps it, whitespace and non-breaking spaces included.
+
+    The pages show :class:`Product`'s cleaned text; the original reward (:mod:`.reward`) reads
+    this, because its substring and fuzzy tests see exactly these characters.
+    """
+
+    title: str
+    bullet_points: str
+    """The bullet points joined by one space and lower-cased, as the original's attribute test reads them."""
+    description: str
+    """Lower-cased, as the original's attribute test reads it."""
+    options: Mapping[str, tuple[str, ...]]
+    """Group -> values, parallel to :attr:`Product.options`: stripped, lower case, ``/`` as `` | ``."""
+
+
+@dataclass(frozen=True, slots=True)
 class Product:
     """One product as the shop shows it and the reward reads it."""
 
@@ -42,9 +59,15 @@ class Product:
     attributes: tuple[str, ...]
     category: str
     query: str
+    """The search that found the product when the catalog was scraped (lower case, stripped)."""
     product_category: str
-    """Category path, ``›``-separated."""
+    """Category path, ``›``-separated, as the original keeps it."""
     rating: str
+    source: SourceText
+
+    def source_option(self, group: str, value: str) -> str:
+        """The original's text of the option ``value`` (as shown) of ``group``."""
+        return self.source.options[group][self.options[group].index(value)]
 
     def search_document(self) -> str:
         """The text the search index holds: what the original put in its Lucene documents."""
@@ -124,22 +147,21 @@ def sample_price(asin: str, pricing: Sequence[float]) -> float:
     return random.Random(f"price:{asin}").uniform(pricing[0], pricing[1])
 
 
-def parse_options(raw: Any) -> dict[str, tuple[str, ...]]:
-    """Option groups from ``customization_options``; empty groups (``null``) are dropped.
-
-    Whitespace is collapsed (some values hold non-breaking spaces), so a value reads and clicks
-    the same as it is typed.
-    """
+def parse_options(raw: Any) -> tuple[dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
+    """Option groups from ``customization_options`` (empty groups, ``null``, are dropped), twice:
+    as shown, values whitespace-collapsed so they read and click the same as they are typed (some
+    hold non-breaking spaces), and as the original keeps them. Group names are lower-cased only,
+    as in the original, since goals enumerate them in sorted order."""
     if not isinstance(raw, Mapping):
-        return {}
-    options = {}
+        return {}, {}
+    shown, source = {}, {}
     for name, contents in raw.items():
         if contents is None:
             continue
-        options[_clean(name).lower()] = tuple(
-            _clean(c["value"].replace("/", " | ")).lower() for c in contents
-        )
-    return options
+        values = tuple(c["value"].strip().replace("/", " | ").lower() for c in contents)
+        shown[name.lower()] = tuple(_clean(v) for v in values)
+        source[name.lower()] = values
+    return shown, source
 
 
 def _product(record: Mapping[str, Any], attributes: Mapping[str, Any]) -> Product:
@@ -148,6 +170,7 @@ def _product(record: Mapping[str, Any], attributes: Mapping[str, Any]) -> Produc
         bullets = [bullets]
     pricing = parse_pricing(record.get("pricing"))
     rating = record.get("average_rating")
+    options, source_options = parse_options(record.get("customization_options"))
     return Product(
         asin=record["asin"],
         title=_clean(record.get("name")),
@@ -155,12 +178,18 @@ def _product(record: Mapping[str, Any], attributes: Mapping[str, Any]) -> Produc
         bullet_points=tuple(_clean(b) for b in bullets if _clean(b)),
         pricing=pricing,
         price_tag=price_tag(pricing),
-        options=parse_options(record.get("customization_options")),
+        options=options,
         attributes=tuple(attributes.get("attributes") or ()) or (MISSING_ATTRIBUTE,),
         category=_clean(record.get("category")),
-        query=_clean(record.get("query")).lower(),
-        product_category=_clean(record.get("product_category")),
+        query=str(record.get("query") or "").lower().strip(),
+        product_category=str(record.get("product_category") or ""),
         rating=str(rating) if rating not in (None, "") else "N.A.",
+        source=SourceText(
+            title=str(record.get("name") or ""),
+            bullet_points=" ".join(str(b) for b in bullets).lower(),
+            description=str(record.get("full_description") or "").lower(),
+            options=source_options,
+        ),
     )
 
 

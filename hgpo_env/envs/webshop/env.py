@@ -24,7 +24,7 @@ from typing import Any
 from hgpo_env.core import TextEnv
 from hgpo_env.envs.webshop.goals import Goal, shuffled_goals, split_goals
 from hgpo_env.envs.webshop.nouns import learn_catalog
-from hgpo_env.envs.webshop.reward import ScoreDetails, score_purchase
+from hgpo_env.envs.webshop.reward import REWARDS, ScoreDetails, score_purchase
 from hgpo_env.envs.webshop.search import engine_for
 from hgpo_env.envs.webshop.site import (
     BACK_TO_SEARCH,
@@ -68,7 +68,8 @@ class WebShopEnv(TextEnv):
     ``split`` is ``"train"`` (goals 1500 on), ``"eval"`` (500-1499) or ``"test"`` (0-499) of the
     shuffled goal list; ``human_goals`` uses the human-written instructions instead of the
     templated ones. ``data_path`` and ``num_products`` choose the catalog
-    (:mod:`~hgpo_env.envs.webshop.sources`).
+    (:mod:`~hgpo_env.envs.webshop.sources`). ``reward`` is ``"original"`` (WebShop's score, bit for
+    bit, as papers report it) or ``"corrected"`` (:mod:`~hgpo_env.envs.webshop.reward`).
     """
 
     env_family = "webshop"
@@ -88,9 +89,13 @@ class WebShopEnv(TextEnv):
         human_goals: bool = False,
         data_path: str | os.PathLike[str] | None = None,
         num_products: int | None = SMALL,
+        reward: str = "original",
         render_mode: str | None = None,
     ) -> None:
+        if reward not in REWARDS:
+            raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
         super().__init__(max_steps=max_steps, success_reward=success_reward, render_mode=render_mode)
+        self.reward = reward
         self.catalog = load_catalog(data_path, num_products)
         self.split = split
         self.goals = split_goals(shuffled_goals(self.catalog, human_goals), split)
@@ -180,7 +185,9 @@ class WebShopEnv(TextEnv):
             assert self.session.product is not None
             product = self.catalog.products[self.session.product]
             price = self.catalog.prices[self.session.product]
-            self._purchase = score_purchase(product, price, self.session.options, self.goal)
+            self._purchase = score_purchase(
+                product, price, self.session.options, self.goal, reward=self.reward
+            )
         return self._refresh()
 
     def _refresh(self) -> str:

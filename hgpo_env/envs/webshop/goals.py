@@ -36,14 +36,19 @@ class Goal:
 
     asin: str
     name: str
-    """Title of the goal product; its nouns define the product type."""
+    """Title of the goal product as the original keeps it; its nouns define the product type."""
     category: str
     query: str
     product_category: str
     instruction_text: str
     attributes: tuple[str, ...]
     options: tuple[str, ...]
-    """Option values asked for (synthetic goals: one per option group, in sorted group order)."""
+    """Option values asked for, as the pages show them (synthetic goals: one per option group, in
+    sorted group order)."""
+    scored_options: tuple[str | tuple[str, str], ...]
+    """The options as the original reward iterates them, text as the original keeps it: ``(group,
+    value)`` pairs for synthetic goals (it is handed the goal dict's items), the written values
+    for human goals (a list there)."""
     price_upper: float
 
     @property
@@ -53,18 +58,24 @@ class Goal:
 
 
 def _goal(
-    product: Product, text: str, attributes: tuple[str, ...], options: tuple[str, ...], upper: float
+    product: Product,
+    text: str,
+    attributes: tuple[str, ...],
+    options: tuple[str, ...],
+    scored_options: tuple[str | tuple[str, str], ...],
+    upper: float,
 ) -> Goal:
     """The goal of buying ``product`` as the instruction ``text`` asks."""
     return Goal(
         product.asin,
-        product.title,
+        product.source.title,
         product.category,
         product.query,
         product.product_category,
         text,
         attributes,
         options,
+        scored_options,
         upper,
     )
 
@@ -87,11 +98,14 @@ def synthetic_goals(catalog: Catalog) -> list[Goal]:
             continue
         upper, price_text = price_cap(product.asin, price)
         names = sorted(product.options)
-        for combination in itertools.product(*(product.options[name] for name in names)):
-            option_text = ", and ".join(f"{name}: {value}" for name, value in zip(names, combination))
+        groups = [zip(product.options[name], product.source.options[name]) for name in names]
+        for combination in itertools.product(*groups):
+            shown = tuple(value for value, _ in combination)
+            scored = tuple((name, source) for name, (_, source) in zip(names, combination))
+            option_text = ", and ".join(f"{name}: {value}" for name, value in zip(names, shown))
             option_text = f" with {option_text}" if option_text else ""
             text = f"{instruction.text}{option_text}{price_text}"
-            goals.append(_goal(product, text, instruction.attributes, combination, upper))
+            goals.append(_goal(product, text, instruction.attributes, shown, scored, upper))
     return goals
 
 
@@ -104,7 +118,8 @@ def human_goals(catalog: Catalog) -> list[Goal]:
                 continue
             upper, price_text = price_cap(product.asin, price)
             text = instruction.text.strip(".") + price_text
-            goals.append(_goal(product, text, instruction.attributes, instruction.options, upper))
+            options = instruction.options
+            goals.append(_goal(product, text, instruction.attributes, options, options, upper))
     return goals
 
 

