@@ -23,7 +23,8 @@ Validity rules, checked in this order (the first that fails names the reason):
    unassigned characters (Unicode category C).
 
 Whether the command is admissible is the environment's call; parsing only checks the form.
-Parsing never raises for any string and never touches the environment.
+Parsing never raises for any string and never touches the environment. These are the rules of
+the ``"strict"`` protocol; :mod:`hgpo_env.protocol` has the papers' ``"verl-agent"`` rules.
 """
 
 from __future__ import annotations
@@ -36,22 +37,28 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 
 from hgpo_env.fingerprint import canonical_text
+from hgpo_env.protocol import FALLBACK_CHARS
 
 RESPONSE_FORMATS = ("think_action", "plain")
 
 _TAG = re.compile(r"<(/?)(think|action)>", re.IGNORECASE)
+_CJK = re.compile("[\u4e00-\u9fff]")
 
 
 @dataclass(frozen=True, slots=True)
 class ParsedResponse:
-    """A parsed response: the command, or the reason there is none."""
+    """A parsed response: the command to send (None: nothing) and, for an invalid step, why.
+
+    Under the strict rules an invalid response sends nothing; under verl-agent's it may still
+    send a command.
+    """
 
     action: str | None
     error: str | None = None
 
     @property
     def valid(self) -> bool:
-        return self.action is not None
+        return self.error is None
 
 
 def _check_command(text: str, max_action_chars: int) -> ParsedResponse:
@@ -112,12 +119,29 @@ def parse_response(
     return _check_command(block, max_action_chars)
 
 
-class ParseResponse(gym.Wrapper[str, str, str, str]):
-    """Accepts raw model responses and steps the text env with the parsed command.
+def project_verl_agent(response: str, env_family: str) -> ParsedResponse:
+    """The command verl-agent sends for ``response`` and, when the step is invalid, why."""
+    lowered = response.lower()
+    start, end = lowered.find("<action>"), lowered.find("</action>")
+    if start == -1 or end == -1:
+        return ParsedResponse(lowered[-FALLBACK_CHARS[env_family] :], "no <action>...</action> block")
+    command = lowered[start + len("<action>") : end].strip()
+    if "<think>" not in response or "</think>" not in response:
+        return ParsedResponse(command, "no <think> and </think> tags")
+    if _CJK.search(response):
+        return ParsedResponse(command, "CJK characters in the response")
+    return ParsedResponse(command)
 
-    An unparseable response still spends a step: the env receives an empty command, which it
-    rejects without changing state. ``info`` gains ``parsed_action``, and ``action_valid`` becomes
-    true only when the response parsed *and* the env accepted the command.
+
+class ParseResponse(gym.Wrapper[str, str, str, str]):
+    """Accepts raw model responses and steps the text env with the command they carry.
+
+    The env's ``protocol`` (:mod:`hgpo_env.protocol`) decides the rules. Strict: an unparseable
+    response still spends a step, the env receiving an empty command that it rejects without
+    changing state, and ``action_valid`` is true only when the response parsed *and* the env
+    accepted the command. verl-agent: the projected command is always sent, and ``action_valid``
+    is the projection's verdict alone. ``info`` gains ``parsed_action`` (what was sent) and, for
+    an invalid response, ``parse_error``.
     """
 
     def __init__(
@@ -131,6 +155,11 @@ class ParseResponse(gym.Wrapper[str, str, str, str]):
     ) -> None:
         super().__init__(env)
         parse_response("", response_format)  # validates the format name early
+        self.protocol = getattr(env.unwrapped, "protocol", "strict")
+        if self.protocol == "verl-agent" and response_format != "think_action":
+            raise ValueError(
+                "protocol='verl-agent' reads <think> and <action> tags: use response_format='think_action'"
+            )
         self.response_format = response_format
         self._options = {
             "require_think": require_think,
@@ -143,11 +172,16 @@ class ParseResponse(gym.Wrapper[str, str, str, str]):
         info["parsed_action"] = None
         return obs, info
 
+    def parse(self, response: str) -> ParsedResponse:
+        if self.protocol == "verl-agent":
+            return project_verl_agent(response, self.env.unwrapped.env_family)
+        return parse_response(response, self.response_format, **self._options)
+
     def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
-        parsed = parse_response(action, self.response_format, **self._options)
+        parsed = self.parse(action)
         obs, reward, terminated, truncated, info = self.env.step(parsed.action or "")
         info["parsed_action"] = parsed.action
-        info["action_valid"] = parsed.valid and info["action_valid"]
+        info["action_valid"] = parsed.valid and (self.protocol == "verl-agent" or info["action_valid"])
         if parsed.error is not None:
             info["parse_error"] = parsed.error
         return obs, reward, terminated, truncated, info

@@ -17,6 +17,7 @@ import numpy as np
 
 from hgpo_env.fingerprint import canonical_text
 from hgpo_env.info import EnvInfo
+from hgpo_env.protocol import check_protocol
 
 
 class TextSpace(gym.spaces.Text):
@@ -40,7 +41,8 @@ class TextEnv(gym.Env[str, str], abc.ABC):
     is drawn from ``np_random``, so the same seed gives the same task. ``step(command)`` spends a
     step whatever the command; one that is empty, or not admissible where
     :attr:`check_admissible` is set, leaves the state and observation unchanged and reports
-    ``action_valid=False``.
+    ``action_valid=False``. ``protocol`` names the response rules (:mod:`hgpo_env.protocol`)
+    that :class:`~hgpo_env.actions.ParseResponse` applies on top.
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"], "render_fps": 4}
@@ -59,13 +61,16 @@ class TextEnv(gym.Env[str, str], abc.ABC):
         success_reward: float = 10.0,
         render_mode: str | None = None,
         max_text_length: int = 65536,
+        protocol: str = "strict",
     ) -> None:
+        check_protocol(protocol, self.env_family)
         if max_steps < 1:
             raise ValueError(f"max_steps must be at least 1, got {max_steps}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(
                 f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}"
             )
+        self.protocol = protocol
         self.max_steps = max_steps
         self.success_reward = float(success_reward)
         self.render_mode = render_mode

@@ -88,6 +88,8 @@ class EnvConfig:
     """What level-k keys hash: states and actions (what the prompt shows) or states only (released HGPO)."""
     response_format: Literal["think_action", "plain"] = "think_action"
     """``think_action``: <think>...</think><action>...</action>; ``plain``: the response is the command."""
+    protocol: Literal["strict", "verl-agent"] = "strict"
+    """Response rules: ``strict`` (ours) or ``verl-agent`` (the papers' ALFWorld and WebShop, README)."""
     max_steps: int = 50
     """Episode step limit (the paper: ALFWorld 50, WebShop 30)."""
     success_reward: float = 10.0
@@ -188,6 +190,9 @@ class EvalConfig:
     """Task ids of the fixed evaluation list; null: every task of the split (ALFWorld, WebShop)."""
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     """Each task is played once per seed (the seed drives sampling)."""
+    min_episodes: int | None = None
+    """Per seed, play the whole task list as many times as it takes to reach this many episodes
+    (the HGPO paper: 512), so every task weighs the same; None: once."""
     temperature: float = 1.0
     """0 decodes greedily (then extra seeds repeat the same episodes)."""
 
@@ -473,6 +478,8 @@ def validate(config: Config) -> None:
         raise ConfigError("eval.tasks must be a non-empty list of non-negative task ids, or null for all")
     if not config.eval.seeds:
         raise ConfigError("eval.seeds must not be empty")
+    if config.eval.min_episodes is not None and config.eval.min_episodes < 1:
+        raise ConfigError(f"eval.min_episodes must be positive or null, got {config.eval.min_episodes}")
 
 
 def describe_options() -> str:

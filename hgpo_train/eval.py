@@ -1,7 +1,7 @@
 """Evaluation on a fixed task list: success rate overall and per task type, and the env score.
 
 Each task id of ``eval.tasks`` is played once per seed of ``eval.seeds`` (the seed drives the
-env reset and the sampling), with the env arguments of ``eval.env_kwargs`` on top of
+env reset and the sampling), or in whole passes until ``eval.min_episodes``, with the env arguments of ``eval.env_kwargs`` on top of
 ``env.kwargs`` (the held-out split: Rooms ``split=eval``, ALFWorld ``valid_seen`` or
 ``valid_unseen``, WebShop ``test``).
 
@@ -24,7 +24,7 @@ import torch
 
 from hgpo_env.vector import GroupedEnvPool
 from hgpo_train.config import Config, ConfigError, describe_options, load_config
-from hgpo_train.rollout import Generator, collect_rollouts, make_pool
+from hgpo_train.rollout import Generator, collect_rollouts, count_tasks, make_pool
 
 
 @dataclass
@@ -87,21 +87,18 @@ class Evaluator:
         return self._pools[size]
 
     def task_ids(self) -> list[int]:
-        """``eval.tasks``, or every task of the eval split when it is null."""
-        if self.config.eval.tasks is not None:
-            return list(self.config.eval.tasks)
-        import gymnasium as gym
-
-        env = gym.make(self.config.env.env_id, **{**self.config.env.kwargs, **self.config.eval.env_kwargs})
-        try:
-            count = env.unwrapped.num_tasks
-        finally:
-            env.close()
-        if count is None:
-            raise ConfigError(
-                f"eval.tasks is null but {self.config.env.env_id} has no finite task list: list the task ids"
-            )
-        return list(range(count))
+        """One seed's episodes: ``eval.tasks`` (null: every task of the eval split), repeated in
+        whole passes until ``eval.min_episodes``."""
+        tasks = self.config.eval.tasks
+        if tasks is None:
+            count = count_tasks(self.config.env, self.config.eval.env_kwargs)
+            if count is None:
+                raise ConfigError(
+                    f"eval.tasks is null but {self.config.env.env_id} has no finite task list: list the task ids"
+                )
+            tasks = range(count)
+        passes = -(-(self.config.eval.min_episodes or 0) // len(tasks)) or 1
+        return list(tasks) * passes
 
     def run(self) -> EvalResult:
         cfg = self.config

@@ -72,12 +72,25 @@ def make_pool(
     )
 
 
+def count_tasks(env: EnvConfig, env_kwargs: Mapping[str, Any] | None = None) -> int | None:
+    """How many tasks the env's ``task_id`` selects with these arguments (None: generated without end)."""
+    kwargs = _env_kwargs(env, None, env_kwargs or {})
+    for prompt_only in ("tokenizer", "max_prompt_tokens"):
+        kwargs.pop(prompt_only, None)
+    made = gym.make(env.env_id, **kwargs)
+    try:
+        return made.unwrapped.num_tasks
+    finally:
+        made.close()
+
+
 def _env_kwargs(env: EnvConfig, tokenizer: Any, overrides: Mapping[str, Any]) -> dict[str, Any]:
     """Constructor arguments of every env: ``env``'s fields, ``env.kwargs``, then ``overrides``."""
     kwargs: dict[str, Any] = {
         "history_length": env.history_length,
         "fingerprint_mode": env.fingerprint_mode,
         "response_format": env.response_format,
+        "protocol": env.protocol,
         "max_steps": env.max_steps,
         "success_reward": env.success_reward,
         **env.kwargs,

@@ -23,7 +23,7 @@ from hgpo_train.diagnostics import grouping_diagnostics
 from hgpo_train.eval import Evaluator
 from hgpo_train.generation import end_token_id, make_generator
 from hgpo_train.modeling import Reference, load_policy, load_tokenizer, resolve_device
-from hgpo_train.rollout import collect_rollouts, make_pool
+from hgpo_train.rollout import collect_rollouts, count_tasks, make_pool
 from hgpo_train.tracking import MetricsLogger
 from hgpo_train.update import PolicyUpdater
 
@@ -33,10 +33,17 @@ def iteration_seed(seed: int, iteration: int) -> int:
     return int(np.random.SeedSequence([seed, iteration]).generate_state(1)[0] >> 1)
 
 
-def draw_group_seeds(rng: np.random.Generator, num_groups: int) -> list[int]:
-    """The task seeds of an iteration's groups: the first draw from the iteration's generator,
-    so every backend plays the same tasks in the same iteration."""
-    return rng.integers(2**31 - 1, size=num_groups).tolist()
+def draw_group_tasks(
+    rng: np.random.Generator, num_groups: int, num_tasks: int | None
+) -> tuple[list[int], list[int] | None]:
+    """The seeds and task ids of an iteration's groups, drawn first from the iteration's generator
+    so every backend plays the same tasks in the same iteration. An env with a task list gets
+    distinct tasks within the iteration (as verl-agent draws WebShop goals) while it has enough;
+    one without (Rooms) draws its task from the seed."""
+    seeds = rng.integers(2**31 - 1, size=num_groups).tolist()
+    if num_tasks is None:
+        return seeds, None
+    return seeds, rng.choice(num_tasks, size=num_groups, replace=num_groups > num_tasks).tolist()
 
 
 def base_model_path(config: Config, run_dir: Path) -> str:
@@ -148,6 +155,7 @@ class Trainer:
         self.pool = make_pool(
             config.env, config.env.num_groups, config.env.group_size, seed=cfg.seed, tokenizer=self.tokenizer
         )
+        self.num_tasks = count_tasks(config.env)
         self.evaluator = Evaluator(config, self.generator, self.tokenizer)
         self.logger = MetricsLogger(
             self.run_dir, config.logging, start_iteration=self.start_iteration, run_config=config.to_dict()
@@ -159,11 +167,15 @@ class Trainer:
         seed = iteration_seed(self.config.train.seed, iteration)
         torch.manual_seed(seed)
         rng = np.random.default_rng(seed)
-        group_seeds = draw_group_seeds(rng, self.config.env.num_groups)
+        seeds, task_ids = draw_group_tasks(rng, self.config.env.num_groups, self.num_tasks)
 
         start = time.perf_counter()
         batch = collect_rollouts(
-            self.pool, self.generator, seeds=group_seeds, constrained=self.config.generation.constrained
+            self.pool,
+            self.generator,
+            seeds=seeds,
+            task_ids=task_ids,
+            constrained=self.config.generation.constrained,
         )
         rollout_s = time.perf_counter() - start
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from hgpo_train.__main__ import build_parser, main
 from hgpo_train.config import ConfigError, describe_options, load_config
@@ -137,3 +138,26 @@ def test_cli_print_config(capsys):
     assert main(["--env", "rooms", "--print-config", "advantage.estimator=grpo"]) == 0
     out = capsys.readouterr().out
     assert "estimator: grpo" in out and "name: rooms" in out
+
+
+PAPER_CONFIGS = sorted(
+    p for p in (Path(__file__).resolve().parents[1] / "configs").glob("*.yaml") if "qwen" in p.name
+)
+
+
+@pytest.mark.parametrize("path", PAPER_CONFIGS, ids=[p.name for p in PAPER_CONFIGS])
+def test_every_paper_config_prints_the_papers_protocol_and_evaluation(path, capsys):
+    backend = ["--backend", "openrlhf"] if path.name.startswith("openrlhf_") else []
+    assert main([*backend, "--config", str(path), "--print-config"]) == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed["env"]["protocol"] == "verl-agent"
+    evaluation = printed["eval"]
+    assert evaluation["temperature"] == 0.4 and evaluation["seeds"] == [123, 456, 789]
+    assert evaluation["min_episodes"] >= 512 and evaluation["tasks"] is None  # whole passes
+
+
+def test_one_key_switches_the_protocol():
+    config = load_config(PAPER_CONFIGS[0], overrides=["env.protocol=strict"])
+    assert config.env.protocol == "strict"
+    with pytest.raises(ConfigError, match="protocol"):
+        load_config(overrides=["env.protocol=papers"])

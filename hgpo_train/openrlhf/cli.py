@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import shlex
@@ -58,6 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", help="hub name or local folder (sets model.name_or_path)")
     parser.add_argument(
         "--ray-address", help=f"join this Ray cluster ('auto' or HOST:PORT; sets {SECTION}.ray_address)"
+    )
+    parser.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the resolved config, openrlhf: section included, and exit",
     )
     parser.add_argument(
         "--dry-run",
@@ -119,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(f"config error: {error}", file=sys.stderr)
         return 2
+    if args.print_config:
+        print(config.to_yaml().rstrip("\n"))
+        print(yaml.safe_dump({SECTION: dataclasses.asdict(cluster)}, sort_keys=False), end="")
+        return 0
     paths = run_paths(config)
     if args.dry_run:
         return dry_run(config, cluster, openrlhf_argv(config, cluster, **paths))

@@ -40,9 +40,9 @@ from hgpo_train.openrlhf.experience_maker import StepAdvantageMaker
 from hgpo_train.openrlhf.padding import pad_multiple
 from hgpo_train.openrlhf.samples import step_experiences
 from hgpo_train.openrlhf.settings import OpenRLHFConfig
-from hgpo_train.rollout import collect_rollouts, make_pool
+from hgpo_train.rollout import collect_rollouts, count_tasks, make_pool
 from hgpo_train.tracking import MetricsLogger
-from hgpo_train.train import advantage_metrics, draw_group_seeds, iteration_seed
+from hgpo_train.train import advantage_metrics, draw_group_tasks, iteration_seed
 
 
 def status_metrics(status: dict[str, Any]) -> dict[str, float]:
@@ -128,6 +128,7 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
             tokenizer=tokenizer,
             pool_options=pool_options,
         )
+        self.num_tasks = count_tasks(config.env)
         self.evaluator = Evaluator(config, self.generator, tokenizer)
 
     def get_max_steps(self) -> int:
@@ -152,9 +153,9 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
     def collect(self, iteration: int) -> StepBatch:
         """Play one episode in every env, group seeds drawn from ``(train.seed, iteration)``."""
         rng = np.random.default_rng(iteration_seed(self.config.train.seed, iteration))
-        seeds = draw_group_seeds(rng, self.config.env.num_groups)
+        seeds, task_ids = draw_group_tasks(rng, self.config.env.num_groups, self.num_tasks)
         with self._engines_awake():
-            return collect_rollouts(self.pool, self.generator, seeds=seeds)
+            return collect_rollouts(self.pool, self.generator, seeds=seeds, task_ids=task_ids)
 
     def evaluate(self, global_step: int = 0, **_: Any) -> dict[str, float]:
         with self._engines_awake():

@@ -9,8 +9,9 @@ Observations, admissible commands and the win condition are those of alfworld's
   task's first state unique. After a step it is the engine's answer, unchanged.
 * ``check_admissible=True`` (default): a command outside the admissible list is invalid, spends
   a step and changes nothing, as the contract asks; the prompt lists the admissible commands,
-  so anything else is a policy error worth a signal. With ``False`` commands reach the engine
-  as in plain ALFWorld, which answers "Nothing happens." to unknown ones (and shows ``help``).
+  so anything else is a policy error worth a signal. With ``False``, or under
+  ``protocol="verl-agent"`` (the papers' rules, :mod:`hgpo_env.protocol`), commands reach the
+  engine as in plain ALFWorld, which answers "Nothing happens." to unknown ones.
 * Task ids index the split's games sorted by path, so a task group shares a game by sharing a
   seed or a ``task_id``, and an evaluation can play every game once
   (:func:`~.games.evaluation_task_ids`).
@@ -79,10 +80,13 @@ class ALFWorldEnv(TextEnv):
         skip_unsolvable: bool = True,
         disk_cache: bool = True,
         render_mode: str | None = None,
+        protocol: str = "strict",
     ) -> None:
-        super().__init__(max_steps=max_steps, success_reward=success_reward, render_mode=render_mode)
+        super().__init__(
+            max_steps=max_steps, success_reward=success_reward, render_mode=render_mode, protocol=protocol
+        )
         self.split = split
-        self.check_admissible = check_admissible
+        self.check_admissible = check_admissible and protocol == "strict"
         self._cache = compile_cache(disk_cache)
         self.data = locate(split, data_path, self._cache)
         self.games: tuple[GameRecord, ...] = tuple(

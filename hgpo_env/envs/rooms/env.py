@@ -40,9 +40,12 @@ class RoomsEnv(TextEnv):
         success_reward: float = 10.0,
         split: str = "train",
         render_mode: str | None = None,
+        protocol: str = "strict",
         **difficulty: Any,
     ) -> None:
-        super().__init__(max_steps=max_steps, success_reward=success_reward, render_mode=render_mode)
+        super().__init__(
+            max_steps=max_steps, success_reward=success_reward, render_mode=render_mode, protocol=protocol
+        )
         if split not in ("train", "eval"):
             raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
         self.split = split

@@ -22,7 +22,7 @@ import re
 from typing import Any
 
 from hgpo_env.core import TextEnv
-from hgpo_env.envs.webshop.goals import Goal, shuffled_goals, split_goals
+from hgpo_env.envs.webshop.goals import SPLITS, VERL_AGENT_SPLITS, Goal, shuffled_goals, split_goals
 from hgpo_env.envs.webshop.nouns import learn_catalog
 from hgpo_env.envs.webshop.reward import REWARDS, ScoreDetails, score_purchase
 from hgpo_env.envs.webshop.search import engine_for
@@ -70,6 +70,10 @@ class WebShopEnv(TextEnv):
     templated ones. ``data_path`` and ``num_products`` choose the catalog
     (:mod:`~hgpo_env.envs.webshop.sources`). ``reward`` is ``"original"`` (WebShop's score, bit for
     bit, as papers report it) or ``"corrected"`` (:mod:`~hgpo_env.envs.webshop.reward`).
+
+    ``protocol="verl-agent"`` (the papers' rules, :mod:`hgpo_env.protocol`) also takes the papers'
+    split (``"test"``: goals 0-499, ``"train"``: 500 onwards) and, as the original text env does,
+    accepts a search with a non-empty query on any page.
     """
 
     env_family = "webshop"
@@ -91,14 +95,18 @@ class WebShopEnv(TextEnv):
         num_products: int | None = SMALL,
         reward: str = "original",
         render_mode: str | None = None,
+        protocol: str = "strict",
     ) -> None:
         if reward not in REWARDS:
             raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
-        super().__init__(max_steps=max_steps, success_reward=success_reward, render_mode=render_mode)
+        super().__init__(
+            max_steps=max_steps, success_reward=success_reward, render_mode=render_mode, protocol=protocol
+        )
         self.reward = reward
         self.catalog = load_catalog(data_path, num_products)
         self.split = split
-        self.goals = split_goals(shuffled_goals(self.catalog, human_goals), split)
+        splits = VERL_AGENT_SPLITS if protocol == "verl-agent" else SPLITS
+        self.goals = split_goals(shuffled_goals(self.catalog, human_goals), split, splits)
         if not self.goals:
             kind = "human" if human_goals else "synthetic"
             raise ValueError(f"the {split!r} split of the {kind} goals of {self.catalog.origin} is empty")
@@ -169,6 +177,8 @@ class WebShopEnv(TextEnv):
             return None
         verb, argument = parsed
         if verb == "search":
+            if self.protocol == "verl-agent":
+                return f"search[{argument}]"
             ok = self.session.page is Page.SEARCH and command.lower() != SEARCH_PLACEHOLDER
             return f"search[{argument}]" if ok else None
         label = argument.lower()

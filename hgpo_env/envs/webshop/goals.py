@@ -18,6 +18,7 @@ import functools
 import itertools
 import random
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hgpo_env.envs.webshop.catalog import Catalog, Product
@@ -26,6 +27,8 @@ PRICE_STEPS = tuple(10.0 * i for i in range(1, 100))
 NO_PRICE_CAP = 1_000_000.0
 SHUFFLE_SEED = 233
 SPLITS = {"test": (0, 500), "eval": (500, 1500), "train": (1500, None)}
+VERL_AGENT_SPLITS = {"test": (0, 500), "train": (500, None)}
+"""The papers' split (verl-agent): evaluation on goals 0-499, training on all the rest."""
 
 _PRICE_CLAUSE = re.compile(r", and price lower than [\d.]+ dollars$")
 
@@ -131,9 +134,11 @@ def shuffled_goals(catalog: Catalog, human: bool = False) -> tuple[Goal, ...]:
     return tuple(goals)
 
 
-def split_goals(goals: tuple[Goal, ...], split: str) -> tuple[Goal, ...]:
-    """The goals of one split of the standard split."""
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {tuple(SPLITS)}, got {split!r}")
-    start, stop = SPLITS[split]
+def split_goals(
+    goals: tuple[Goal, ...], split: str, splits: Mapping[str, tuple[int, int | None]] = SPLITS
+) -> tuple[Goal, ...]:
+    """The goals of one split of ``splits`` (the standard split by default)."""
+    if split not in splits:
+        raise ValueError(f"split must be one of {tuple(splits)}, got {split!r}")
+    start, stop = splits[split]
     return goals[start:stop]
