@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from hgpo_train.generation import Choices
+from hgpo_train.constrained import Choices
 
 
 @dataclass

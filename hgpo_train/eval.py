@@ -23,7 +23,10 @@ import numpy as np
 import torch
 
 from hgpo_env.vector import GroupedEnvPool
+from hgpo_train.checkpoint import latest_checkpoint
 from hgpo_train.config import Config, ConfigError, describe_options, load_config
+from hgpo_train.modeling import resolve_device
+from hgpo_train.policy import build_generator, load_run_policy
 from hgpo_train.rollout import Generator, collect_rollouts, count_tasks, make_pool
 
 
@@ -161,10 +164,6 @@ def main(argv: list[str] | None = None) -> int:
         "overrides", nargs="*", help="section.field=value, e.g. eval.tasks=[0,1,2] eval.seeds=[0]"
     )
     args = parser.parse_args(argv)
-
-    from hgpo_train.checkpoint import latest_checkpoint
-    from hgpo_train.modeling import resolve_device
-    from hgpo_train.train import build_generator, load_run_policy
 
     config_path = args.run / "config.yaml" if args.run else args.config
     config = load_config(config_path, args.overrides, env=args.env, model=args.model)

@@ -21,8 +21,9 @@ from hgpo_train.checkpoint import latest_checkpoint, load_training_state, save_c
 from hgpo_train.config import Config, ConfigError
 from hgpo_train.diagnostics import grouping_diagnostics
 from hgpo_train.eval import Evaluator
-from hgpo_train.generation import end_token_id, make_generator
-from hgpo_train.modeling import Reference, load_policy, load_tokenizer, resolve_device
+from hgpo_train.generation import end_token_id
+from hgpo_train.modeling import Reference, load_policy, resolve_device
+from hgpo_train.policy import build_generator, load_run_policy
 from hgpo_train.rollout import collect_rollouts, count_tasks, make_pool
 from hgpo_train.tracking import MetricsLogger
 from hgpo_train.update import PolicyUpdater
@@ -44,59 +45,6 @@ def draw_group_tasks(
     if num_tasks is None:
         return seeds, None
     return seeds, rng.choice(num_tasks, size=num_groups, replace=num_groups > num_tasks).tolist()
-
-
-def base_model_path(config: Config, run_dir: Path) -> str:
-    """``model.name_or_path``, or the tiny model built (once) into the run folder."""
-    if config.model.name_or_path != "tiny":
-        return config.model.name_or_path
-    from hgpo_train.tiny_model import build_tiny_model
-
-    path = run_dir / "tiny_model"
-    if not (path / "config.json").is_file():
-        build_tiny_model(config.env, config.tiny, path, seed=config.train.seed)
-    return str(path)
-
-
-@dataclass
-class LoadedPolicy:
-    model: Any
-    tokenizer: Any
-    base_path: str
-    checkpoint: Path | None
-
-
-def load_run_policy(
-    config: Config, run_dir: Path, device: torch.device, checkpoint: Path | None
-) -> LoadedPolicy:
-    """The policy of a run: the base model, or the weights/adapters of ``checkpoint``."""
-    base = base_model_path(config, run_dir)
-    tokenizer = load_tokenizer(base, config.model.trust_remote_code)
-    torch.manual_seed(config.train.seed)  # LoRA initialisation
-    if checkpoint is None:
-        model = load_policy(config.model, base, device)
-    elif config.model.lora_rank > 0:
-        model = load_policy(config.model, base, device, adapter_dir=checkpoint / "model")
-    else:
-        model = load_policy(config.model, str(checkpoint / "model"), device)
-    return LoadedPolicy(model, tokenizer, base, checkpoint)
-
-
-def build_generator(config: Config, loaded: LoadedPolicy) -> Any:
-    """The configured generation backend, holding the loaded policy's current weights."""
-    generator = make_generator(
-        config.generation.backend,
-        loaded.model,
-        loaded.tokenizer,
-        config.generation,
-        config.env.response_format,
-        model_path=loaded.base_path,
-        seed=config.train.seed,
-        dtype=config.model.dtype,
-    )
-    if loaded.checkpoint is not None:
-        generator.sync_weights(loaded.model)
-    return generator
 
 
 @dataclass

@@ -17,7 +17,7 @@ import torch
 
 from hgpo_train.batch import StepBatch
 from hgpo_train.config import UpdateConfig
-from hgpo_train.generation import allowed_tokens
+from hgpo_train.constrained import allowed_tokens
 from hgpo_train.loss import ppo_loss, token_logprobs
 from hgpo_train.modeling import Reference
 

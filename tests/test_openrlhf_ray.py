@@ -27,7 +27,7 @@ from test_train_e2e import assert_estimator_matters
 from hgpo_train.config import load_config
 from hgpo_train.openrlhf.settings import OpenRLHFConfig
 from hgpo_train.openrlhf.stubs import stubbed_gpu_packages
-from hgpo_train.rollout import collect_rollouts, make_pool
+from hgpo_train.rollout import collect_rollouts, count_tasks, make_pool
 
 with stubbed_gpu_packages():
     from test_openrlhf import assert_experience_advantages, make_maker
@@ -205,6 +205,7 @@ def recording_trainer(config: Any, resume_from: int) -> RecordingTrainer:
     )
     trainer.generator = engine_generator(config, [FakeEngine.remote(0)])
     trainer.pool = ray_pool(config)
+    trainer.num_tasks = count_tasks(config.env)
     trainer.evaluator = SimpleNamespace(close=lambda: None)
     trainer.experience_maker = make_maker(config.advantage.estimator, micro=2)
     return trainer

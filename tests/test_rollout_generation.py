@@ -22,20 +22,18 @@ from test_train_loss import step_batch
 import hgpo_env
 from hgpo_env.envs.webshop import SEARCH_PLACEHOLDER
 from hgpo_train.config import EnvConfig, GenerationConfig, ModelConfig, TinyModelConfig
-from hgpo_train.generation import (
+from hgpo_train.constrained import (
     AllowedSet,
     ChoiceLogitsProcessor,
     ChoiceTrie,
-    HFGenerator,
     SlotChoice,
-    VLLMGenerator,
     allowed_tokens,
     choices_regex,
     classify_slot_tokens,
-    merged_state_dict,
     slot_vocabulary,
     split_slot,
 )
+from hgpo_train.generation import HFGenerator, VLLMGenerator, merged_state_dict
 from hgpo_train.modeling import load_policy, load_tokenizer
 from hgpo_train.rollout import collect_rollouts, make_pool
 from hgpo_train.tiny_model import build_tiny_model

@@ -11,7 +11,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from hgpo_train.batch import Episodes, StepBatch
 from hgpo_train.config import UpdateConfig
-from hgpo_train.generation import SlotChoice, classify_slot_tokens
+from hgpo_train.constrained import SlotChoice, classify_slot_tokens
 from hgpo_train.loss import ppo_loss, token_logprobs
 from hgpo_train.modeling import Reference
 from hgpo_train.update import PolicyUpdater, make_micro_batch

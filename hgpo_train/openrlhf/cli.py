@@ -181,7 +181,7 @@ def train(config: Config, cluster: OpenRLHFConfig, paths: dict[str, str], traine
     import hgpo_train
     from hgpo_train.openrlhf.arguments import launch
     from hgpo_train.openrlhf.trainer import HGPOTrainer, trainer_actor
-    from hgpo_train.train import base_model_path
+    from hgpo_train.policy import base_model_path
 
     run_dir = Path(config.train.output_dir)
     if (Path(paths["checkpoint_dir"]) / "_actor").is_dir() and not config.train.resume:

@@ -1,0 +1,66 @@
+"""A run's policy and its generator: what training and a stand-alone evaluation both start from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from hgpo_train.config import Config
+from hgpo_train.generation import make_generator
+from hgpo_train.modeling import load_policy, load_tokenizer
+
+
+def base_model_path(config: Config, run_dir: Path) -> str:
+    """``model.name_or_path``, or the tiny model built (once) into the run folder."""
+    if config.model.name_or_path != "tiny":
+        return config.model.name_or_path
+    from hgpo_train.tiny_model import build_tiny_model
+
+    path = run_dir / "tiny_model"
+    if not (path / "config.json").is_file():
+        build_tiny_model(config.env, config.tiny, path, seed=config.train.seed)
+    return str(path)
+
+
+@dataclass
+class LoadedPolicy:
+    model: Any
+    tokenizer: Any
+    base_path: str
+    checkpoint: Path | None
+
+
+def load_run_policy(
+    config: Config, run_dir: Path, device: torch.device, checkpoint: Path | None
+) -> LoadedPolicy:
+    """The policy of a run: the base model, or the weights/adapters of ``checkpoint``."""
+    base = base_model_path(config, run_dir)
+    tokenizer = load_tokenizer(base, config.model.trust_remote_code)
+    torch.manual_seed(config.train.seed)  # LoRA initialisation
+    if checkpoint is None:
+        model = load_policy(config.model, base, device)
+    elif config.model.lora_rank > 0:
+        model = load_policy(config.model, base, device, adapter_dir=checkpoint / "model")
+    else:
+        model = load_policy(config.model, str(checkpoint / "model"), device)
+    return LoadedPolicy(model, tokenizer, base, checkpoint)
+
+
+def build_generator(config: Config, loaded: LoadedPolicy) -> Any:
+    """The configured generation backend, holding the loaded policy's current weights."""
+    generator = make_generator(
+        config.generation.backend,
+        loaded.model,
+        loaded.tokenizer,
+        config.generation,
+        config.env.response_format,
+        model_path=loaded.base_path,
+        seed=config.train.seed,
+        dtype=config.model.dtype,
+    )
+    if loaded.checkpoint is not None:
+        generator.sync_weights(loaded.model)
+    return generator
