@@ -77,22 +77,35 @@ def test_commands_match_case_insensitively():
     assert env.step("LOOK")[4]["action_valid"]
 
 
-def test_hidden_state_makes_equal_observations_with_different_histories():
-    """What the agent carries does not show in the room text: walking out of the start room with
-    or without the item there reads the same, though the hidden state differs."""
-    env = RoomsEnv()
+def _walk_out(env: RoomsEnv, carrying: bool) -> str:
+    """The room text after leaving the start room, with or without first taking the item there."""
     for task_id in range(200):
         env.reset(options={"task_id": task_id})
         takes = [a for a in env.admissible_actions if a.startswith("take ")]
         goes = [a for a in env.admissible_actions if a.startswith("go ")]
         if takes and goes:
             break
+    if carrying:
+        env.step(takes[0])
     env.step(goes[0])
-    empty_handed = env.state_text
-    env.reset(options={"task_id": task_id})
-    env.step(takes[0])
-    env.step(goes[0])
-    assert env.state_text == empty_handed and env._carried() == [takes[0][len("take ") :]]
+    assert env._carried() == ([takes[0][len("take ") :]] if carrying else [])
+    return env.state_text
+
+
+def test_hidden_state_makes_equal_observations_with_different_histories():
+    """What the agent carries does not show in the room text: walking out of the start room with
+    or without the item there reads the same, though the hidden state differs."""
+    env = RoomsEnv()
+    assert _walk_out(env, carrying=False) == _walk_out(env, carrying=True)
+
+
+def test_show_carried_reveals_the_inventory_in_every_room_description():
+    env = RoomsEnv(show_carried=True)
+    empty_handed, carrying = _walk_out(env, carrying=False), _walk_out(env, carrying=True)
+    assert empty_handed.endswith("You carry nothing.") and carrying.endswith(
+        f"You carry: {env._carried()[0]}."
+    )
+    assert "end with what you carry" in env.prompt_intro and "not shown" in RoomsEnv().prompt_intro
 
 
 def test_bad_options_raise_clearly():

@@ -23,7 +23,9 @@ class RoomsEnv(TextEnv):
 
     ``split="train"`` draws tasks with ids >= :data:`HELD_OUT_TASKS`, ``split="eval"`` below it;
     ``options={"task_id": i}`` selects any task. Difficulty knobs are those of
-    :class:`~hgpo_env.envs.rooms.world.Difficulty`.
+    :class:`~hgpo_env.envs.rooms.world.Difficulty`. ``show_carried`` ends every room description
+    with what the agent carries, so equal observations no longer hide different inventories (a
+    control for studies of context inconsistency).
     """
 
     env_family = "rooms"
@@ -41,6 +43,7 @@ class RoomsEnv(TextEnv):
         split: str = "train",
         render_mode: str | None = None,
         protocol: str = "strict",
+        show_carried: bool = False,
         **difficulty: Any,
     ) -> None:
         super().__init__(
@@ -49,6 +52,11 @@ class RoomsEnv(TextEnv):
         if split not in ("train", "eval"):
             raise ValueError(f"split must be 'train' or 'eval', got {split!r}")
         self.split = split
+        self.show_carried = show_carried
+        if show_carried:
+            self.prompt_intro = self.prompt_intro.replace(
+                "What you carry is not shown in room descriptions.", "Room descriptions end with what you carry."
+            )
         self.difficulty = Difficulty(**difficulty)
         self._task: Task | None = None
 
@@ -115,7 +123,11 @@ class RoomsEnv(TextEnv):
                     exits.append(f"{direction} (locked door)")
                 else:
                     exits.append(f"{direction} to the {task.rooms[task.exits[self.room][direction]]}")
-        return f"You are in the {task.rooms[self.room]}. {seen} Exits: {', '.join(exits)}."
+        where = f"You are in the {task.rooms[self.room]}. {seen} Exits: {', '.join(exits)}."
+        if self.show_carried:
+            carried = self._carried()
+            where += f" You carry: {', '.join(carried)}." if carried else " You carry nothing."
+        return where
 
     @property
     def admissible_actions(self) -> list[str]:
