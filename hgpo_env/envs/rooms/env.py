@@ -55,7 +55,8 @@ class RoomsEnv(TextEnv):
         self.show_carried = show_carried
         if show_carried:
             self.prompt_intro = self.prompt_intro.replace(
-                "What you carry is not shown in room descriptions.", "Room descriptions end with what you carry."
+                "What you carry is not shown in room descriptions.",
+                "Room descriptions end with what you carry.",
             )
         self.difficulty = Difficulty(**difficulty)
         self._task: Task | None = None

@@ -1,6 +1,7 @@
 """HGPO-WebShop-v0: WebShop's text mode on a pure-Python engine.
 
-Commands are ``search[keywords]`` (only on the search page, which has the search box) and
+Commands are ``search[keywords]`` (only on the search page, which has the search box; on any page
+under ``protocol="verl-agent"``, as in the original text env) and
 ``click[label]`` (only a clickable of the current page, matched case-insensitively). Anything
 else is rejected without touching the state: an unknown label, a search without a search box,
 malformed brackets, an empty argument, or a command longer than :data:`MAX_COMMAND_CHARS`.
