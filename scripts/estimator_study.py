@@ -8,11 +8,15 @@ Everything below was fixed before any run; every other hyper-parameter is config
 (tiny model from scratch, constrained decoding, small houses) and the same for every condition.
 
 * ``hidden`` (Rooms as it is: what the agent carries is not shown, so equal observations follow
-  different histories): K = 2 with GRPO, GiGPO, HGPO and HGPO on observation-only keys
-  (``hgpo-obs``, the released HGPO grouping); K = 4 with GiGPO, HGPO and HGPO-obs. The prompt
+  different histories): K = 2 with GRPO, GiGPO and HGPO; K = 4 with GiGPO and HGPO. The prompt
   shows the last K steps for every estimator of that K.
 * ``shown`` (control: room descriptions end with what the agent carries, so the observation
-  reveals the state that history otherwise hides): K = 2 with GRPO, GiGPO and HGPO.
+  reveals the state that history otherwise hides): K = 2 with GiGPO and HGPO.
+
+HGPO runs once per K: with constrained decoding every command is admissible, and Rooms echoes each
+command in the next observation ("You take the red box."), so observation-only keys (the released
+HGPO grouping) cluster steps exactly as observation-and-action keys do; the script checks this
+on 300 random episodes before it trains (:func:`fingerprint_modes_agree`).
 
 Each run trains 50 iterations of 8 groups x 8 rollouts (3,200 episodes, the same for every
 estimator; the env steps they take are reported) and evaluates on 64 held-out tasks every 10
@@ -40,6 +44,8 @@ from pathlib import Path
 import numpy as np
 from demo_curves import ROOT, train
 
+from hgpo_env.envs.rooms import HELD_OUT_TASKS as HELD_OUT
+from hgpo_train.config import load_config
 from hgpo_train.tracking import read_metrics
 
 CONFIG = "configs/rooms_demo.yaml"
@@ -47,7 +53,7 @@ ITERATIONS = 50
 EVAL_EVERY = 10
 EVAL_TASKS = 64
 BOOTSTRAP = 10_000
-COLOURS = {"grpo": "tab:blue", "gigpo": "tab:orange", "hgpo": "tab:green", "hgpo-obs": "tab:red"}
+COLOURS = {"grpo": "tab:blue", "gigpo": "tab:orange", "hgpo": "tab:green"}
 COMMON = [
     f"train.eval_every={EVAL_EVERY}",
     f"train.save_every={EVAL_EVERY}",
@@ -72,24 +78,54 @@ class Condition:
     def baseline(self) -> Condition:
         return Condition(self.setting, self.k, "gigpo")
 
-    @property
-    def estimator(self) -> str:
-        return self.name.removesuffix("-obs")
-
     def overrides(self, iterations: int) -> list[str]:
         out = [*COMMON, f"train.iterations={iterations}", f"env.history_length={self.k}"]
-        if self.name == "hgpo-obs":
-            out.append("env.fingerprint_mode=observations")
         if self.setting == "shown":
             out.append("env.kwargs={show_carried: true}")
         return out
 
 
 CONDITIONS = [
-    *(Condition("hidden", 2, name) for name in ("grpo", "gigpo", "hgpo", "hgpo-obs")),
-    *(Condition("hidden", 4, name) for name in ("gigpo", "hgpo", "hgpo-obs")),
-    *(Condition("shown", 2, name) for name in ("grpo", "gigpo", "hgpo")),
+    *(Condition("hidden", 2, name) for name in ("grpo", "gigpo", "hgpo")),
+    *(Condition("hidden", 4, name) for name in ("gigpo", "hgpo")),
+    *(Condition("shown", 2, name) for name in ("gigpo", "hgpo")),
 ]
+
+
+def fingerprint_modes_agree(k: int = 4, episodes: int = 300) -> bool:
+    """Whether both fingerprint modes partition admissible-only Rooms steps alike at every level."""
+    import random
+
+    import gymnasium as gym
+
+    import hgpo_env  # noqa: F401
+
+    config = load_config(ROOT / CONFIG)
+    keys: dict[str, list[tuple[int, ...]]] = {}
+    for mode in ("observations_actions", "observations"):
+        env = gym.make(
+            "HGPO-Rooms-v0",
+            history_length=k,
+            fingerprint_mode=mode,
+            max_steps=config.env.max_steps,
+            **config.env.kwargs,
+        )
+        rng, keys[mode] = random.Random(0), []
+        for episode in range(episodes):
+            _, info = env.reset(options={"task_id": HELD_OUT + episode})
+            done = False
+            while not done:
+                keys[mode].append(tuple(info["fingerprints"]))
+                _, _, terminated, truncated, info = env.step(rng.choice(info["admissible_actions"]))
+                done = terminated or truncated
+    for level in range(k + 1):
+        first, second = {}, {}
+        for a, b in zip(keys["observations_actions"], keys["observations"]):
+            if first.setdefault(a[: level + 1], b[: level + 1]) != b[: level + 1]:
+                return False
+            if second.setdefault(b[: level + 1], a[: level + 1]) != a[: level + 1]:
+                return False
+    return True
 
 
 def run_dir(condition: Condition, seed: int, iterations: int) -> Path:
@@ -165,7 +201,7 @@ def plot(runs: dict[str, dict[int, dict]], out: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [("hidden", 2), ("hidden", 4), ("shown", 2)]
+    panels = sorted({(c.setting, c.k) for c in CONDITIONS}, key=lambda p: (p[0] != "hidden", p[1]))
     fig, axes = plt.subplots(1, len(panels), figsize=(15, 4.2), sharey=True)
     rng = np.random.default_rng(0)
     for ax, (setting, k) in zip(axes, panels):
@@ -202,9 +238,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=list(range(8)))
     parser.add_argument("--summary-only", action="store_true", help="summarise the finished runs only")
     parser.add_argument("--iterations", type=int, default=ITERATIONS, help="a smaller number is a smoke run")
+    parser.add_argument("--markdown", action="store_true", help="also print the table as Markdown")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "estimator_study.png")
     args = parser.parse_args(argv)
     summary_file = args.out.with_suffix(".json")
+    if not args.summary_only and not fingerprint_modes_agree():
+        raise SystemExit("the two fingerprint modes group Rooms steps differently: add an hgpo-obs condition")
     runs = recorded_runs(summary_file, args.iterations)
     for seed in args.seeds:
         for condition in CONDITIONS:
@@ -214,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
             records = finished(path, args.iterations)
             if records is None and not args.summary_only:
                 overrides = [*condition.overrides(args.iterations), f"train.seed={seed}"]
-                train(CONFIG, condition.estimator, str(path), overrides)
+                train(CONFIG, condition.name, str(path), overrides)
                 records = finished(path, args.iterations)
             if records is not None:
                 runs.setdefault(condition.label, {})[seed] = run_summary(records, condition.k)
@@ -223,9 +262,36 @@ def main(argv: list[str] | None = None) -> int:
     seeds = sorted({s for done in runs.values() for s in done})
     title = f"Rooms, tiny model from scratch, {args.iterations} iterations x 64 episodes, seeds {seeds}"
     plot(runs, args.out, f"{title}: python scripts/estimator_study.py")
-    print(json.dumps(table, indent=1))
+    print(markdown(table) if args.markdown else json.dumps(table, indent=1))
     print(f"table: {summary_file}\nplot: {args.out}")
     return 0
+
+
+def markdown(table: dict) -> str:
+    """The table as the README shows it: intervals in brackets, differences against GiGPO."""
+
+    def cell(stat: dict | None, signed: bool = False) -> str:
+        if stat is None:
+            return "—"
+        sign = "+" if signed else ""
+        return f"{stat['mean']:{sign}.3f} [{stat['low']:{sign}.3f}, {stat['high']:{sign}.3f}]"
+
+    lines = [
+        "| setting | K | estimator | seeds | final success | AUC | final − GiGPO | AUC − GiGPO | mixed contexts, level 0..K | env steps |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for condition in CONDITIONS:
+        row = table.get(condition.label)
+        if row is None:
+            continue
+        paired = row.get("vs_gigpo", {})
+        mixed = " / ".join(f"{row['context_mixed_share'][k]:.2f}" for k in sorted(row["context_mixed_share"]))
+        lines.append(
+            f"| {condition.setting} | {condition.k} | {condition.name} | {row['final']['n']} | {cell(row['final'])} "
+            f"| {cell(row['auc'])} | {cell(paired.get('final'), True)} | {cell(paired.get('auc'), True)} "
+            f"| {mixed} | {row['env_steps']:.0f} |"
+        )
+    return "\n".join(lines)
 
 
 def recorded_runs(path: Path, iterations: int) -> dict[str, dict[int, dict]]:
