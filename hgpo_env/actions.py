@@ -37,6 +37,7 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 
 from hgpo_env.fingerprint import canonical_text
+from hgpo_env.info import env_attribute
 from hgpo_env.protocol import FALLBACK_CHARS
 
 RESPONSE_FORMATS = ("think_action", "plain")
@@ -155,7 +156,7 @@ class ParseResponse(gym.Wrapper[str, str, str, str]):
     ) -> None:
         super().__init__(env)
         parse_response("", response_format)  # validates the format name early
-        self.protocol = getattr(env.unwrapped, "protocol", "strict")
+        self.protocol = env_attribute(env, "protocol", "strict")
         if self.protocol == "verl-agent" and response_format != "think_action":
             raise ValueError(
                 "protocol='verl-agent' reads <think> and <action> tags: use response_format='think_action'"
@@ -174,7 +175,7 @@ class ParseResponse(gym.Wrapper[str, str, str, str]):
 
     def parse(self, response: str) -> ParsedResponse:
         if self.protocol == "verl-agent":
-            return project_verl_agent(response, self.env.unwrapped.env_family)
+            return project_verl_agent(response, env_attribute(self.env, "env_family"))
         return parse_response(response, self.response_format, **self._options)
 
     def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:

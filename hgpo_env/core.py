@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 import string
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -34,6 +34,20 @@ class TextSpace(gym.spaces.Text):
         return isinstance(x, str) and len(x) <= self.max_length
 
 
+class Transition(NamedTuple):
+    """What an accepted command did, for worlds that decide more than the next observation.
+
+    ``reward`` is the step's reward as given; ``accepted`` False marks a command the world itself
+    refused (the step is then invalid); ``truncated`` ends the episode for a reason other than its
+    outcome (the world's own step limit).
+    """
+
+    observation: str
+    reward: float
+    accepted: bool = True
+    truncated: bool = False
+
+
 class TextEnv(gym.Env[str, str], abc.ABC):
     """A text game with admissible commands, a task and a success condition.
 
@@ -53,6 +67,8 @@ class TextEnv(gym.Env[str, str], abc.ABC):
     """First paragraph of the LLM prompt: who the agent is and what the world is like."""
     check_admissible: ClassVar[bool] = True
     """Whether commands outside ``admissible_actions`` are rejected before reaching the world."""
+    free_form: ClassVar[bool] = False
+    """True for worlds without a list of admissible commands: prompts then ask for any command."""
 
     def __init__(
         self,
@@ -93,8 +109,9 @@ class TextEnv(gym.Env[str, str], abc.ABC):
         """Set up task ``task_id`` and return the first observation."""
 
     @abc.abstractmethod
-    def _apply(self, command: str) -> str:
-        """Execute an accepted command and return the next observation."""
+    def _apply(self, command: str) -> str | Transition:
+        """Execute an accepted command; return the next observation (the reward is then
+        ``success_reward`` on the winning step), or a :class:`Transition` that says more."""
 
     @property
     @abc.abstractmethod
@@ -165,17 +182,20 @@ class TextEnv(gym.Env[str, str], abc.ABC):
             raise TypeError(f"a command is a str, got {type(action).__name__}")
         self.elapsed_steps += 1
         command = self._accept(action)
-        reward = 0.0
+        outcome = Transition(self.observation, 0.0, accepted=False)
         if command is not None:
             was_won = self.won
-            self.observation = self._apply(command)
+            applied = self._apply(command)
             self._admissible_by_key = None
-            if self.won and not was_won:
-                reward = self.success_reward
+            if isinstance(applied, str):
+                outcome = Transition(applied, self.success_reward if self.won and not was_won else 0.0)
+            else:
+                outcome = applied
+        self.observation = outcome.observation
         terminated = self.done
-        truncated = not terminated and self.elapsed_steps >= self.max_steps
+        truncated = not terminated and (outcome.truncated or self.elapsed_steps >= self.max_steps)
         self._episode_over = terminated or truncated
-        return self.observation, reward, terminated, truncated, self._info(command is not None)
+        return self.observation, outcome.reward, terminated, truncated, self._info(outcome.accepted)
 
     def render(self) -> str | None:
         text = f"Task: {self.task}\n{self.observation}" if self._started else ""

@@ -8,7 +8,9 @@ rest. Trainers should read these names from here rather than spell them out.
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import Any, TypedDict
+
+import gymnasium as gym
 
 
 class EnvInfo(TypedDict):
@@ -54,3 +56,26 @@ class ResetInfo(AgentInfo):
 ENV_KEYS: tuple[str, ...] = tuple(EnvInfo.__annotations__)
 AGENT_KEYS: tuple[str, ...] = tuple(AgentInfo.__annotations__)
 RESET_KEYS: tuple[str, ...] = tuple(ResetInfo.__annotations__)
+
+
+ENV_ATTRIBUTES = ("env_family", "prompt_intro")
+"""Attributes the wrappers read from the env, or from any wrapper below them (``env_family``
+salts the fingerprints, ``prompt_intro`` opens the prompt); ``free_form`` and ``protocol`` are
+optional (default False and ``"strict"``)."""
+
+
+def env_attribute(env: gym.Env, name: str, default: Any = ...) -> Any:
+    """``name`` from ``env`` or the first wrapper below it that has it.
+
+    Any env that reports the keys above and has :data:`ENV_ATTRIBUTES` works with the wrappers,
+    whatever its class; :class:`hgpo_env.TextAdapter` gives both to a third-party env.
+    """
+    try:
+        return env.get_wrapper_attr(name)
+    except AttributeError:
+        if default is not ...:
+            return default
+        raise AttributeError(
+            f"{type(env.unwrapped).__name__} has no {name!r}: the HGPO wrappers need env_family and "
+            "prompt_intro on the env or a wrapper; adapt a third-party env with hgpo_env.TextAdapter"
+        ) from None

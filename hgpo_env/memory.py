@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, Protocol, SupportsFloat
 import gymnasium as gym
 
 from hgpo_env.fingerprint import Fingerprinter, canonical_text
+from hgpo_env.info import env_attribute
 
 ANSWER_FORMATS = {
     "think_action": (
@@ -26,6 +27,14 @@ ANSWER_FORMATS = {
     ),
     "plain": "Now it is your turn to act. Reply with exactly one admissible action and nothing else.",
 }
+FREE_FORM_ANSWER_FORMATS = {
+    "think_action": (
+        "Now it is your turn to act. First reason step by step about the current situation "
+        "inside <think> </think> tags. Then write your next command inside <action> </action> tags."
+    ),
+    "plain": "Now it is your turn to act. Reply with your next command and nothing else.",
+}
+"""Answer formats for worlds without an admissible list (``free_form``)."""
 NO_ACTION = "(no valid action)"
 
 
@@ -48,10 +57,14 @@ class PastStep(NamedTuple):
 
 @dataclass(frozen=True)
 class PromptTemplate:
-    """Lays out a prompt; ``intro`` describes the world, ``answer_format`` the reply."""
+    """Lays out a prompt; ``intro`` describes the world, ``answer_format`` the reply.
+
+    ``list_actions`` False leaves out the admissible list (free-form worlds have none).
+    """
 
     intro: str
     answer_format: str = ANSWER_FORMATS["think_action"]
+    list_actions: bool = True
 
     def render(
         self,
@@ -76,8 +89,9 @@ class PromptTemplate:
                 lines.append(f"[Step {past.number}] Observation: {past.observation}")
                 lines.append(f"[Step {past.number}] Action: {past.action or NO_ACTION}")
         lines.append(f"You are now at step {steps_taken + 1}. Current observation: {observation}")
-        lines.append("Admissible actions:")
-        lines.extend(f"- {action}" for action in admissible_actions)
+        if self.list_actions:
+            lines.append("Admissible actions:")
+            lines.extend(f"- {action}" for action in admissible_actions)
         lines.append(self.answer_format)
         return "\n".join(lines)
 
@@ -86,6 +100,10 @@ class KStepMemory(gym.Wrapper[str, str, str, str]):
     """Turns observations into prompts with the last ``history_length`` steps and adds
     ``fingerprints``, ``fingerprint_mode``, ``history_used`` (and ``initial_fingerprint`` on reset)
     to ``info``.
+
+    Works on any env that reports the :mod:`hgpo_env.info` keys and has ``env_family`` and
+    ``prompt_intro`` on itself or a wrapper below (:func:`~hgpo_env.info.env_attribute`); for a
+    ``free_form`` env the prompt has no admissible list and asks for any command.
 
     With ``tokenizer`` and ``max_prompt_tokens``, the history window shrinks (oldest step first)
     until the prompt fits; ``history_used`` says how many steps remained and the levels above it
@@ -115,12 +133,16 @@ class KStepMemory(gym.Wrapper[str, str, str, str]):
                 raise ValueError(
                     f"response_format must be one of {tuple(ANSWER_FORMATS)}, got {response_format!r}"
                 )
-            template = PromptTemplate(env.unwrapped.prompt_intro, ANSWER_FORMATS[response_format])
+            free_form = bool(env_attribute(env, "free_form", False))
+            answers = FREE_FORM_ANSWER_FORMATS if free_form else ANSWER_FORMATS
+            template = PromptTemplate(
+                env_attribute(env, "prompt_intro"), answers[response_format], list_actions=not free_form
+            )
         self.history_length = history_length
         self.template = template
         self.tokenizer = tokenizer
         self.max_prompt_tokens = max_prompt_tokens
-        self.fingerprinter = Fingerprinter(env.unwrapped.env_family, fingerprint_mode)
+        self.fingerprinter = Fingerprinter(env_attribute(env, "env_family"), fingerprint_mode)
         self._history: deque[PastStep] = deque(maxlen=history_length)
         self._steps_taken = 0
         self._observation = ""

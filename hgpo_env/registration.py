@@ -2,9 +2,10 @@
 
 The made env is ``KStepMemory(ParseResponse(TextEnv))``: observations are prompts, actions are
 raw model responses, and ``env.unwrapped`` is the plain text environment. Env classes are named
-by import path so that registering does not import heavy engines (ALFWorld, WebShop search).
-Making one checks the argument types first, and a missing optional dependency is reported as the
-extra to install.
+by import path so that registering does not import heavy engines (ALFWorld, WebShop search, the
+third-party packages of the presets). Making one checks the argument types first, and a missing
+optional dependency is reported as the extra to install. :func:`register_text_env` registers a
+user's own env the same way.
 """
 
 from __future__ import annotations
@@ -12,24 +13,37 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import gymnasium as gym
 
 from hgpo_env.actions import ParseResponse
+from hgpo_env.adapter import TextEnvSpec, adapt
 from hgpo_env.arguments import check_argument_types
-from hgpo_env.core import TextEnv
 from hgpo_env.memory import KStepMemory, Tokenizer
 
 ENV_CLASSES = {
     "HGPO-Rooms-v0": "hgpo_env.envs.rooms:RoomsEnv",
     "HGPO-ALFWorld-v0": "hgpo_env.envs.alfworld:ALFWorldEnv",
     "HGPO-WebShop-v0": "hgpo_env.envs.webshop:WebShopEnv",
+    "HGPO-TextWorld-v0": "hgpo_env.envs.textworld:TextWorldEnv",
+    "HGPO-TextWorldExpress-v0": "hgpo_env.envs.textworld_express:TextWorldExpressEnv",
+    "HGPO-ScienceWorld-v0": "hgpo_env.envs.scienceworld:ScienceWorldEnv",
+    "HGPO-BabyAI-v0": "hgpo_env.envs.babyai:BabyAIEnv",
+    "HGPO-TextArena-v0": "hgpo_env.envs.textarena:TextArenaEnv",
 }
 
 
-EXTRAS = {"hgpo_env.envs.alfworld": "alfworld", "hgpo_env.envs.webshop": "webshop"}
+EXTRAS = {
+    "hgpo_env.envs.alfworld": "alfworld",
+    "hgpo_env.envs.webshop": "webshop",
+    "hgpo_env.envs.textworld": "textworld",
+    "hgpo_env.envs.textworld_express": "textworld-express",
+    "hgpo_env.envs.scienceworld": "scienceworld",
+    "hgpo_env.envs.babyai": "babyai",
+    "hgpo_env.envs.textarena": "textarena",
+}
 """Env package -> the pip extra that installs its engine's dependencies."""
 
 
@@ -46,14 +60,14 @@ def _extra_hint(module: str) -> Iterator[None]:
         raise ModuleNotFoundError(message, name=error.name) from None
 
 
-def _load_class(path: str) -> type[TextEnv]:
+def _load_class(path: str) -> Callable[..., gym.Env[str, str]]:
     module, _, name = path.partition(":")
     with _extra_hint(module):
         return getattr(importlib.import_module(module), name)
 
 
 def make_agent_env(
-    env_class: type[TextEnv] | str,
+    env_class: Callable[..., gym.Env[str, str]] | str,
     *,
     history_length: int = 2,
     fingerprint_mode: str = "observations_actions",
@@ -65,7 +79,9 @@ def make_agent_env(
 ) -> gym.Env[str, str]:
     """Build a text env and wrap it with the response parser and the K-step memory.
 
-    ``env_kwargs`` (``max_steps``, ``success_reward``, env-specific options) go to the env class.
+    ``env_class`` is a text env class (or any callable returning an env on the ``info``
+    contract), or its ``"module:name"`` path. ``env_kwargs`` (``max_steps``, ``success_reward``,
+    env-specific options) go to it.
     """
     check_argument_types(
         make_agent_env,
@@ -78,8 +94,9 @@ def make_agent_env(
         },
     )
     cls = _load_class(env_class) if isinstance(env_class, str) else env_class
-    check_argument_types(cls.__init__, env_kwargs)
-    with _extra_hint(cls.__module__.rpartition(".")[0]):
+    if isinstance(cls, type):
+        check_argument_types(cls.__init__, env_kwargs)
+    with _extra_hint(getattr(cls, "__module__", "").rpartition(".")[0]):
         text_env = cls(**env_kwargs)
     env = ParseResponse(text_env, response_format, require_think=require_think)
     return KStepMemory(
@@ -97,3 +114,16 @@ def register_envs() -> None:
     for env_id, class_path in ENV_CLASSES.items():
         if env_id not in gym.registry:
             gym.register(id=env_id, entry_point=functools.partial(make_agent_env, class_path))
+
+
+def register_text_env(env_id: str, make_env: Callable[..., Any], spec: TextEnvSpec, **defaults: Any) -> None:
+    """Register ``env_id`` so that ``gymnasium.make(env_id, ...)`` gives an LLM-ready env.
+
+    ``make_env(**kwargs)`` builds the third-party env; ``spec`` says how it meets the ``info``
+    contract (:class:`~hgpo_env.adapter.TextEnvSpec`). At ``make`` time the wrapper options
+    (``history_length``, ...) go to the wrappers, the adapter's (``max_steps``, ``reward``, ...)
+    to :class:`~hgpo_env.adapter.TextAdapter`, the rest to ``make_env``. For a pool, register in
+    an importable module and pass ``"module:ID"``, so each worker registers it too.
+    """
+    factory = functools.partial(adapt, make_env, spec)
+    gym.register(id=env_id, entry_point=functools.partial(make_agent_env, factory), kwargs=defaults)
