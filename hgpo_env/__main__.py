@@ -1,10 +1,13 @@
-"""Command line: ``python -m hgpo_env demo`` plays an expert episode; ``download`` fetches data."""
+"""Command line: ``python -m hgpo_env demo`` plays an expert episode; ``check`` checks an env's
+contract and fingerprints before training; ``download`` fetches data."""
 
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 
@@ -38,6 +41,38 @@ def demo(env_id: str, seed: int, history_length: int, show_prompts: int) -> bool
     return bool(info["won"])
 
 
+def parse_env_kwargs(pairs: list[str]) -> dict[str, Any]:
+    """``key=value`` pairs; a value is read as a Python literal where it is one, else as text."""
+    kwargs: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key.isidentifier():
+            raise SystemExit(f"env arguments are key=value, got {pair!r}")
+        try:
+            kwargs[key] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            kwargs[key] = text
+    return kwargs
+
+
+def check(args: argparse.Namespace) -> int:
+    from hgpo_env.check import check_env_health
+
+    if ":" in args.env_id:  # "module:Id": the module registers the id
+        importlib.import_module(args.env_id.partition(":")[0])
+    report = check_env_health(
+        args.env_id.rpartition(":")[2],
+        parse_env_kwargs(args.env_kwargs),
+        groups=args.groups,
+        group_size=args.group_size,
+        max_steps=args.max_steps,
+        history_length=args.history_length,
+        seed=args.seed,
+    )
+    print(report.format())
+    return 0 if report.ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hgpo_env", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -46,12 +81,22 @@ def main(argv: list[str] | None = None) -> int:
     play.add_argument("--seed", type=int, default=0, help="picks the task")
     play.add_argument("--history-length", type=int, default=2, help="K, steps of memory in the prompt")
     play.add_argument("--show-prompts", type=int, default=2, help="how many full prompts to print")
+    health = commands.add_parser("check", help="check an env's info contract and fingerprints before training")
+    health.add_argument("env_id", help='a registered id, or "module:Id" to import module first')
+    health.add_argument("env_kwargs", nargs="*", metavar="key=value", help="env arguments")
+    health.add_argument("--groups", type=int, default=3, help="task groups to play")
+    health.add_argument("--group-size", type=int, default=4, help="episodes per group")
+    health.add_argument("--max-steps", type=int, default=20, help="steps per episode at most")
+    health.add_argument("--history-length", type=int, default=2, help="K")
+    health.add_argument("--seed", type=int, default=0)
     fetch = commands.add_parser("download", help="fetch an official dataset (needs network)")
     fetch.add_argument("family", choices=DOWNLOADABLE)
     fetch.add_argument("--dest", type=Path, default=None, help="target folder (default: under $HGPO_DATA)")
     args = parser.parse_args(argv)
     if args.command == "demo":
         return 0 if demo(args.env, args.seed, args.history_length, args.show_prompts) else 1
+    if args.command == "check":
+        return check(args)
     path = importlib.import_module(f"hgpo_env.envs.{args.family}").download(args.dest)
     print(f"{args.family} data ready in {path}")
     return 0

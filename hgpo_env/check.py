@@ -1,0 +1,218 @@
+"""A health check of an env's ``info`` contract and fingerprints, to run before training on it.
+
+:func:`check_env_health` plays a few task groups the way a trainer would (each member of a group
+reset to the same task), replays episodes in fresh envs, and measures how steps group per level.
+*Problems* break the contract (missing keys, a replay that differs, a group whose initial
+fingerprints differ, a level the prompt shows with no key) and make ``python -m hgpo_env check``
+exit non-zero; *warnings* point at grouping that will starve HGPO of signal (a ``state_text``
+that carries a counter or clock, so level 0 never repeats).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+from hgpo_env.info import AGENT_KEYS, RESET_KEYS
+
+PROBES = ("look", "inventory", "wait", "help")
+"""Commands tried on free-form envs without an expert."""
+_DIGITS = re.compile(r"\d+")
+
+
+@dataclass
+class LevelHealth:
+    """How the steps of the checked groups cluster at one level (shares of steps)."""
+
+    level: int
+    shown: float
+    """Steps whose prompt shows this level (the rest have key 0)."""
+    repeated: float
+    """Steps whose key another step of the same group shares."""
+    singleton: float
+    """Steps whose key no other step of the group has."""
+    mixed_context: float
+    """Steps whose cluster at this level holds prompts with different memory windows."""
+
+
+@dataclass
+class HealthReport:
+    env_id: str
+    episodes: int = 0
+    steps: int = 0
+    levels: list[LevelHealth] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def format(self) -> str:
+        lines = [f"{self.env_id}: {self.episodes} episodes, {self.steps} steps"]
+        lines.append("level  shown  repeated  singleton  mixed-context")
+        for h in self.levels:
+            lines.append(
+                f"{h.level:>5}  {h.shown:5.2f}  {h.repeated:8.2f}  {h.singleton:9.2f}  {h.mixed_context:13.2f}"
+            )
+        lines += [f"WARNING: {text}" for text in self.warnings]
+        lines += [f"PROBLEM: {text}" for text in self.problems]
+        lines.append("contract: OK" if self.ok else f"contract: {len(self.problems)} problem(s)")
+        return "\n".join(lines)
+
+
+@dataclass
+class _Step:
+    group: int
+    fingerprints: tuple[int, ...]
+
+
+def _command(env: gym.Env, info: Mapping[str, Any], rng: random.Random, expert: bool) -> str:
+    """The expert's command where asked and available, else a random admissible one or a probe."""
+    if expert and hasattr(env.unwrapped, "expert_action"):
+        try:
+            return str(env.unwrapped.expert_action())
+        except (IndexError, KeyError):  # a gold path the episode has left
+            pass
+    return rng.choice(list(info["admissible_actions"]) or list(PROBES))
+
+
+def _contract_problems(info: Mapping[str, Any], keys: Sequence[str], history_length: int, where: str) -> list[str]:
+    missing = [key for key in keys if key not in info]
+    if missing:
+        return [f"{where}: info lacks {missing}"]
+    problems = []
+    levels = info["fingerprints"]
+    if len(levels) != history_length + 1:
+        problems.append(f"{where}: {len(levels)} fingerprints, expected {history_length + 1}")
+    shown = info["history_used"]
+    if any(key == 0 for key in levels[: shown + 1]) or any(key != 0 for key in levels[shown + 1 :]):
+        problems.append(f"{where}: fingerprints {levels} do not match history_used={shown}")
+    if not all(isinstance(command, str) for command in info["admissible_actions"]):
+        problems.append(f"{where}: admissible_actions must be a list of str")
+    return problems
+
+
+def _play(
+    env: gym.Env, seed: int, task_id: int, commands: Sequence[str] | None, policy: Any, max_steps: int
+) -> tuple[list[tuple[Any, ...]], list[str], list[dict[str, Any]], dict[str, Any]]:
+    """One episode: the trace to compare on replay, the commands sent, the step infos, the reset info."""
+    prompt, reset_info = env.reset(seed=seed, options={"task_id": task_id})
+    trace: list[tuple[Any, ...]] = [(prompt, reset_info["fingerprints"])]
+    sent: list[str] = []
+    infos: list[dict[str, Any]] = []
+    info = reset_info
+    for t in range(max_steps if commands is None else len(commands)):
+        command = policy(info) if commands is None else commands[t]
+        prompt, reward, terminated, truncated, info = env.step(command)
+        sent.append(command)
+        infos.append(info)
+        trace.append((prompt, float(reward), terminated, truncated, info["fingerprints"]))
+        if terminated or truncated:
+            break
+    return trace, sent, infos, reset_info
+
+
+def _level_health(steps: list[_Step], level: int) -> LevelHealth:
+    keys = Counter((s.group, s.fingerprints[level]) for s in steps if s.fingerprints[level])
+    contexts: dict[tuple[int, int], set[tuple[int, ...]]] = defaultdict(set)
+    for s in steps:
+        if s.fingerprints[level]:
+            contexts[s.group, s.fingerprints[level]].add(s.fingerprints)
+    n = len(steps) or 1
+    shown = [s for s in steps if s.fingerprints[level]]
+    repeated = sum(keys[s.group, s.fingerprints[level]] >= 2 for s in shown)
+    mixed = sum(len(contexts[s.group, s.fingerprints[level]]) >= 2 for s in shown)
+    return LevelHealth(level, len(shown) / n, repeated / n, (len(shown) - repeated) / n, mixed / n)
+
+
+def _counter_warning(episodes: list[list[str]]) -> str | None:
+    """A number in ``state_text`` that grows by one on (nearly) every step that changes the text:
+    a move counter or clock, which makes every state unique so level 0 never repeats."""
+    changed = ticking = 0
+    for texts in episodes:
+        for before, after in zip(texts, texts[1:]):
+            if before == after:
+                continue
+            changed += 1
+            old, new = _DIGITS.findall(before), _DIGITS.findall(after)
+            ticking += len(old) == len(new) and any(int(b) == int(a) + 1 for a, b in zip(old, new))
+    if changed >= 5 and ticking >= 0.8 * changed:
+        return (
+            f"state_text seems to carry a counter or clock: a number in it grows by one in {ticking} of "
+            f"{changed} steps that change it, so no two steps share a state. Strip it "
+            "(TextEnvSpec.state_text), or level-0 groups stay singletons"
+        )
+    return None
+
+
+def check_env_health(
+    env_id: str,
+    env_kwargs: Mapping[str, Any] | None = None,
+    *,
+    groups: int = 3,
+    group_size: int = 4,
+    max_steps: int = 20,
+    history_length: int = 2,
+    seed: int = 0,
+) -> HealthReport:
+    """Play ``groups`` task groups of ``group_size`` episodes of ``env_id`` and report on them.
+
+    Even members follow the env's ``expert_action`` where it has one, odd members pick random
+    admissible commands (probes on free-form envs), so states recur under different histories.
+    Every episode is replayed in a fresh env, with the group's envs still open in the process.
+    """
+    kwargs = {"history_length": history_length, "response_format": "plain", **(env_kwargs or {})}
+    report = HealthReport(env_id)
+    rng = random.Random(seed)
+    steps: list[_Step] = []
+    texts: list[list[str]] = []
+    for group in range(groups):
+        envs = [gym.make(env_id, **kwargs) for _ in range(group_size)]
+        try:
+            envs[0].reset(seed=seed + group)
+            task_id = envs[0].unwrapped.task_id
+            episodes = []
+            for member, env in enumerate(envs):
+                expert = member % 2 == 0
+
+                def policy(info: Mapping[str, Any], env: gym.Env = env, expert: bool = expert) -> str:
+                    return _command(env, info, rng, expert)
+
+                episodes.append(_play(env, seed + group, task_id, None, policy, max_steps))
+            initial = {episode[3]["initial_fingerprint"] for episode in episodes}
+            if len(initial) != 1:
+                report.problems.append(f"group {group} (task {task_id}): initial fingerprints differ: {initial}")
+            for member, (trace, sent, infos, reset_info) in enumerate(episodes):
+                where = f"group {group} member {member}"
+                report.problems += _contract_problems(reset_info, RESET_KEYS, history_length, f"{where} reset")
+                for t, info in enumerate(infos, start=1):
+                    report.problems += _contract_problems(info, AGENT_KEYS, history_length, f"{where} step {t}")
+                texts.append([info.get("state_text", "") for info in [reset_info, *infos]])
+                for info in [reset_info, *infos]:
+                    if "fingerprints" in info:
+                        steps.append(_Step(group, tuple(info["fingerprints"])))
+                replay_env = gym.make(env_id, **kwargs)
+                try:
+                    replayed = _play(replay_env, seed + group, task_id, sent, None, max_steps)[0]
+                finally:
+                    replay_env.close()
+                if replayed != trace:
+                    first = next(i for i, (a, b) in enumerate(zip(trace, replayed + [None] * len(trace))) if a != b)
+                    report.problems.append(f"{where}: replay differs from step {first} on (not deterministic)")
+                report.episodes += 1
+                report.steps += len(sent)
+        finally:
+            for env in envs:
+                env.close()
+    report.levels = [_level_health(steps, k) for k in range(history_length + 1)]
+    warning = _counter_warning(texts)
+    if warning:
+        report.warnings.append(warning)
+    return report

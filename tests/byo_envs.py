@@ -1,0 +1,73 @@
+"""Small third-party-style text envs for the adapter tests, registered by id (pool workers and
+``python -m hgpo_env check byo_envs:ID`` import this module to register them)."""
+
+from __future__ import annotations
+
+import random
+
+import gymnasium as gym
+import numpy as np
+
+import hgpo_env
+from hgpo_env import TextEnvSpec
+
+
+class Dial(gym.Env):
+    """A dial to turn to a target; Gymnasium 5-tuple, its own step limit, info keys of its own."""
+
+    def __init__(self, limit: int = 100, counter: bool = False) -> None:
+        self.limit, self.counter = limit, counter
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.value, self.target, self.moves = 0, int(self.np_random.integers(2, 6)), 0
+        return self._obs(), {"goal": f"turn the dial to {self.target}", "moves": ["up", "down"]}
+
+    def step(self, action):
+        self.moves += 1
+        if action == "kick":
+            return "Ouch.", -1.0, False, False, {"moves": ["up", "down"], "refused": True}
+        self.value += 1 if action == "up" else -1
+        won = self.value == self.target
+        info = {"moves": ["up", "down"], "refused": False}
+        return self._obs(), 5.0 if won else 0.5, won, self.moves >= self.limit, info
+
+    def _obs(self) -> str:
+        text = f"The dial shows {self.value}."
+        return f"{text} Move {self.moves}." if self.counter else text
+
+
+SPEC = TextEnvSpec(
+    family="dial",
+    intro="You turn a dial.",
+    task="goal",
+    admissible="moves",
+    accepted=lambda raw: not raw.info["refused"],
+)
+
+
+class Lottery(gym.Env):
+    """Draws from the process-global ``random`` and ``numpy.random``, as many text games do."""
+
+    def reset(self, *, seed=None, options=None):
+        random.seed(seed)
+        return "Draw.", {}
+
+    def step(self, action):
+        return f"You drew {random.randint(0, 10**9)} and {np.random.randint(10**9)}.", 0.0, False, False, {}
+
+
+class Nondeterministic(Dial):
+    """Draws from OS entropy: no seed can make it replay."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return f"{obs} Noise {random.SystemRandom().random():.6f}.", reward, terminated, truncated, info
+
+
+hgpo_env.register_text_env("TestDial-v0", Dial, SPEC, limit=100)
+hgpo_env.register_text_env("TestCounter-v0", Dial, SPEC, counter=True)
+hgpo_env.register_text_env("TestNondeterministic-v0", Nondeterministic, SPEC)
+hgpo_env.register_text_env(
+    "TestLottery-v0", Lottery, TextEnvSpec(family="lottery", intro="Draw.", admissible=lambda raw: ["draw"])
+)
