@@ -126,7 +126,8 @@ class TextEnvSpec:
 class TextAdapter(TextEnv):
     """A third-party text env as a :class:`~hgpo_env.core.TextEnv`, as ``spec`` declares.
 
-    Beyond the contract, ``info["env_info"]`` holds the env's own info of its last answer.
+    Beyond the contract, ``info["env_info"]`` holds the env's own info from the answer to this
+    call (empty when the command never reached the env).
     ``reward="success"`` gives ``success_reward`` on the winning step (the papers' rewards);
     ``"native"`` passes the env's rewards through. The env's own truncation stays apart from
     termination. ``isolate_rng`` gives the env private ``random`` / ``numpy.random`` streams,
@@ -182,6 +183,7 @@ class TextAdapter(TextEnv):
         self._rng = IsolatedRNG() if isolate_rng else None
         self.task_ids = task_ids
         self._raw = Raw(env, "", {})
+        self._unreported: dict[str, Any] = {}
         self._task = ""
         self._state_text = ""
         self._admissible: list[str] = []
@@ -258,7 +260,7 @@ class TextAdapter(TextEnv):
 
     def _info(self, action_valid: bool) -> dict[str, Any]:
         info = super()._info(action_valid)
-        info["env_info"] = self._raw.info
+        info["env_info"], self._unreported = self._unreported, {}
         return info
 
     def close(self) -> None:
@@ -279,6 +281,7 @@ class TextAdapter(TextEnv):
         """Take in the env's answer; return what the prompt shows. A refused command leaves the
         state text as it was (the contract: an invalid step changes nothing)."""
         self._raw = raw
+        self._unreported = raw.info
         spec = self.text_spec
         if spec.observation is not None:
             shown = spec.observation(raw)

@@ -7,6 +7,10 @@ invalid step. ``list_valid_actions=True`` shows the list in the prompt but still
 off it. The prompt shows the game's answer; ``state_text`` is the room and the inventory (no move
 counter). The game's step limit is lifted so ``max_steps`` truncates; a score of 100 wins, a
 negative score is a failure that ends the episode.
+
+ScienceWorld lists the objects of a room in an order that changes between loads of the same
+variation (the world is the same), which would split equal states; the preset sorts each such
+list (:func:`sorted_listings`) in what the prompt shows and in ``state_text``.
 """
 
 from __future__ import annotations
@@ -22,6 +26,23 @@ _NO_LIMIT = 1_000_000
 _UNKNOWN = ("No known action matches that input.", "Unknown action")
 
 
+def sorted_listings(text: str) -> str:
+    """``text`` with each run of lines at the same tab indent sorted (ScienceWorld's object lists)."""
+    lines: list[str] = []
+    run: list[str] = []
+    indent = 0
+    for line in text.strip().split("\n"):
+        depth = len(line) - len(line.lstrip("\t"))
+        if depth and depth == indent:
+            run.append(line)
+            continue
+        lines += sorted(run)
+        run, indent = ([line], depth) if depth else ([], 0)
+        if not depth:
+            lines.append(line)
+    return "\n".join(lines + sorted(run))
+
+
 def _step(env: Any, action: str) -> StepResult:
     observation, reward, done, info = env.step(action)
     ended = bool(info["score"] >= 100 or info["score"] < 0)
@@ -29,7 +50,7 @@ def _step(env: Any, action: str) -> StepResult:
 
 
 def _state(raw: Raw) -> str:
-    return f"{raw.info['look'].strip()}\n{raw.info['inv'].strip()}"
+    return f"{sorted_listings(raw.info['look'])}\n{sorted_listings(raw.info['inv'])}"
 
 
 SPEC = TextEnvSpec(
@@ -40,7 +61,7 @@ SPEC = TextEnvSpec(
         "thermometer, focus on ..., wait, ...); the game describes what happens."
     ),
     task=lambda raw: raw.info["taskDesc"].removeprefix("Task Description:").strip(),
-    observation=lambda raw: raw.observation.strip(),
+    observation=lambda raw: sorted_listings(raw.observation),
     state_text=_state,
     accepted=lambda raw: not raw.observation.strip().startswith(_UNKNOWN),
     won=lambda raw: raw.info["score"] >= 100,
