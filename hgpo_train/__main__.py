@@ -32,8 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--env",
-        choices=["rooms", "alfworld", "webshop"],
-        help="environment (sets env.name; default: the config's, else alfworld)",
+        help="rooms, alfworld, webshop or any registered env id, e.g. HGPO-BabyAI-v0 or module:Id "
+        "(sets env.name; default: the config's, else alfworld)",
     )
     parser.add_argument("--config", help="YAML run config, e.g. configs/alfworld_qwen2.5-1.5b_k2.yaml")
     parser.add_argument(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
 import itertools
 import types
 import typing
@@ -80,8 +81,10 @@ class TinyModelConfig:
 class EnvConfig:
     """Which environment, how its prompts look, and the task groups of one iteration."""
 
-    name: Literal["rooms", "alfworld", "webshop"] = "alfworld"
-    """Environment family: HGPO-Rooms-v0, HGPO-ALFWorld-v0 or HGPO-WebShop-v0."""
+    name: str = "alfworld"
+    """``rooms``, ``alfworld``, ``webshop``, or any registered Gymnasium id on the info contract
+    (the presets ``HGPO-TextWorld-v0``, ``HGPO-BabyAI-v0``, ...; ``module:Id`` imports ``module``
+    first, for an env the user registered there)."""
     history_length: int = 2
     """K: past steps shown in the prompt, and fingerprint levels 0..K."""
     fingerprint_mode: Literal["observations_actions", "observations"] = "observations_actions"
@@ -107,7 +110,7 @@ class EnvConfig:
 
     @property
     def env_id(self) -> str:
-        return ENV_IDS[self.name]
+        return ENV_IDS.get(self.name, self.name)
 
 
 @dataclass
@@ -240,9 +243,36 @@ ENV_PRESETS: dict[str, dict[str, Any]] = {
     },
     "webshop": {"env.max_steps": 30, "advantage.mode": "mean_norm", "eval.env_kwargs": {"split": "test"}},
     "rooms": {"env.max_steps": 30, "advantage.mode": "mean_std_norm", "eval.env_kwargs": {"split": "eval"}},
+    "HGPO-TextWorldExpress-v0": {"eval.env_kwargs": {"split": "test"}},
+    "HGPO-ScienceWorld-v0": {"eval.env_kwargs": {"split": "test"}},
+    "HGPO-BabyAI-v0": {"eval.env_kwargs": {"split": "eval"}},
+    "HGPO-TextArena-v0": {"eval.env_kwargs": {"split": "eval"}},
 }
 """Per-env defaults from the paper (ALFWorld 50 steps with mean_std_norm, WebShop 30 with mean_norm)
-and each env's held-out evaluation split."""
+and each env's held-out evaluation split; an env without an entry gets the dataclass defaults."""
+
+
+def check_env_name(name: str) -> None:
+    """Raise ConfigError unless ``name`` is a short name or a Gymnasium id that ``make`` can build."""
+    if name in ENV_IDS:
+        return
+    import gymnasium as gym
+
+    import hgpo_env  # noqa: F401  (registers the HGPO-* ids)
+
+    module, _, env_id = name.rpartition(":")
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise ConfigError(f"env.name: {name!r}: cannot import {module!r} ({error})") from None
+    if env_id not in gym.registry:
+        close = difflib.get_close_matches(env_id, [*ENV_IDS, *gym.registry], n=3)
+        hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+        raise ConfigError(
+            f"env.name: {name!r} is not {', '.join(ENV_IDS)} or a registered Gymnasium id "
+            f"(register yours in a module and name it 'module:Id'){hint}"
+        )
 
 
 # ----------------------------------------------------------------------------- type checks
@@ -425,10 +455,10 @@ def load_config(
         _set_dotted(cli, "model.name_or_path", model)
 
     name = cli.get("env", {}).get("name") or (tree.get("env") or {}).get("name") or EnvConfig.name
-    if name not in ENV_PRESETS:
-        raise ConfigError(f"env.name: {name!r} is not one of {sorted(ENV_PRESETS)}")
+    check_env_name(name)
     preset: dict[str, Any] = {}
-    for key, value in ENV_PRESETS[name].items():
+    short = {env_id: short for short, env_id in ENV_IDS.items()}.get(name, name)
+    for key, value in ENV_PRESETS.get(short, {}).items():
         _set_dotted(preset, key, value)
     config = build_section(Config, _merge(_merge(preset, tree), cli), "")
     validate(config)

@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         "--run", type=Path, help="a training run folder: its config.yaml and latest checkpoint"
     )
     parser.add_argument("--checkpoint", type=Path, help="a checkpoint folder (default: the run's latest)")
-    parser.add_argument("--env", choices=["rooms", "alfworld", "webshop"])
+    parser.add_argument("--env", help="rooms, alfworld, webshop or any registered env id (sets env.name)")
     parser.add_argument("--config", type=Path, help="YAML run config (ignored with --run)")
     parser.add_argument("--model", help="hub name or local folder (default: the config's)")
     parser.add_argument("--output", type=Path, help="write the JSON results here")

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from hgpo_env.check import PROBES
 from hgpo_train.config import EnvConfig, TinyModelConfig, load_config
 
 CHAT_TEMPLATE = (
@@ -49,7 +50,7 @@ def env_corpus(env: EnvConfig, episodes: int, seed: int = 0) -> tuple[list[str],
             prompt, info = made.reset(seed=seed + episode)
             done = False
             while not done:
-                command = rng.choice(info["admissible_actions"])
+                command = rng.choice(info["admissible_actions"] or PROBES)
                 response = command if env.response_format == "plain" else f"<action>{command}</action>"
                 texts.append(f"user\n{prompt}\nassistant\n{response}")
                 prompt, _, terminated, truncated, info = made.step(response)
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--env", choices=["rooms", "alfworld", "webshop"], default="rooms")
+    parser.add_argument("--env", default="rooms", help="rooms, alfworld, webshop or any registered env id")
     parser.add_argument("--config", help="YAML run config whose env and tiny sections are used")
     parser.add_argument("--out", required=True, help="folder to write the model and tokenizer to")
     parser.add_argument("--seed", type=int, default=0)

@@ -99,7 +99,8 @@ def test_resolved_config_round_trips_through_yaml(tmp_path):
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
 def test_shipped_configs_load(path):
     config = load_config(path)
-    assert config.env.name in path.name
+    family = config.env.name.removeprefix("HGPO-").removesuffix("-v0").lower()
+    assert family in path.name.replace("_", "")
 
 
 def test_shipped_configs_cover_the_paper_settings():
@@ -161,3 +162,19 @@ def test_one_key_switches_the_protocol():
     assert config.env.protocol == "strict"
     with pytest.raises(ConfigError, match="protocol"):
         load_config(overrides=["env.protocol=papers"])
+
+
+def test_any_registered_env_id_or_module_path_is_an_env_name():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))  # byo_envs registers TestDial-v0 when imported
+    config = load_config(env="byo_envs:TestDial-v0")
+    assert config.env.env_id == "byo_envs:TestDial-v0" and config.env.max_steps == 50  # no preset: defaults
+    config = load_config(env="HGPO-ScienceWorld-v0")
+    assert config.eval.env_kwargs == {"split": "test"}
+    assert load_config(env="HGPO-WebShop-v0").env.max_steps == 30  # the short name's preset applies to the id
+    with pytest.raises(ConfigError, match="did you mean 'HGPO-BabyAI-v0'"):
+        load_config(env="HGPO-BabyA-v0")
+    with pytest.raises(ConfigError, match="cannot import 'no_such_module'"):
+        load_config(env="no_such_module:Env-v0")

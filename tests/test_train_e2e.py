@@ -269,3 +269,23 @@ def test_a_kill_leaves_only_complete_checkpoints_and_trimmed_metrics(tmp_path):
     )
     MetricsLogger(tmp_path, LoggingConfig(tensorboard=False), start_iteration=2).close()
     assert [r["iteration"] for r in read_metrics(metrics)] == [0, 1, 2]
+
+
+def test_a_third_party_preset_trains_by_id(tmp_path):
+    """HGPO-TextWorldExpress-v0 (Java engine) from its config: one checked iteration, then the
+    command line for two iterations with evaluation."""
+    from hgpo_train.__main__ import main
+
+    config = "configs/textworld_express_coin_demo.yaml"
+    small = TINY + ["env.max_steps=6", "eval.tasks=[0,1]", "train.eval_every=2"]
+    trainer = Trainer(load_config(config, small + [f"train.output_dir={tmp_path / 'api'}"]))
+    try:
+        assert trainer.config.env.env_id == "HGPO-TextWorldExpress-v0"
+        result = _one_iteration_checks(trainer)
+        assert all(task.startswith("Your task is to search the environment") for task in result.batch.episodes.task)
+    finally:
+        trainer.close()
+    assert main(["--config", config, *small, "train.iterations=2", f"train.output_dir={tmp_path / 'cli'}"]) == 0
+    metrics = read_metrics(tmp_path / "cli" / "metrics.jsonl")
+    assert [r["iteration"] for r in metrics if "rollout/success_rate" in r] == [1, 2]
+    assert any("eval/success_rate" in r for r in metrics)

@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="openrlhf",
         help="accepted for python -m hgpo_train compatibility",
     )
-    parser.add_argument("--env", choices=["rooms", "alfworld", "webshop"], help="environment (sets env.name)")
+    parser.add_argument("--env", help="rooms, alfworld, webshop or any registered env id (sets env.name)")
     parser.add_argument("--config", help="YAML run config with an openrlhf: section")
     parser.add_argument("--model", help="hub name or local folder (sets model.name_or_path)")
     parser.add_argument(
