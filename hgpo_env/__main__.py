@@ -19,6 +19,9 @@ DOWNLOADABLE = ("alfworld", "webshop")
 def demo(env_id: str, seed: int, history_length: int, show_prompts: int) -> bool:
     """Play one episode with the env's expert, printing prompts, fingerprints and the result."""
     env = gym.make(env_id, history_length=history_length)
+    if not hasattr(env.unwrapped, "expert_action"):
+        env.close()
+        raise SystemExit(f"{env_id} has no expert to play; `python -m hgpo_env check {env_id}` probes it instead")
     prompt, info = env.reset(seed=seed)
     print(f"{env_id}  task: {info['task']}  (type {info['task_type']})")
     print(f"initial fingerprint: {info['initial_fingerprint']:#018x}\n")
