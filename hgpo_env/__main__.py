@@ -21,7 +21,9 @@ def demo(env_id: str, seed: int, history_length: int, show_prompts: int) -> bool
     env = gym.make(env_id, history_length=history_length)
     if not hasattr(env.unwrapped, "expert_action"):
         env.close()
-        raise SystemExit(f"{env_id} has no expert to play; `python -m hgpo_env check {env_id}` probes it instead")
+        raise SystemExit(
+            f"{env_id} has no expert to play; `python -m hgpo_env check {env_id}` probes it instead"
+        )
     prompt, info = env.reset(seed=seed)
     print(f"{env_id}  task: {info['task']}  (type {info['task_type']})")
     print(f"initial fingerprint: {info['initial_fingerprint']:#018x}\n")
@@ -84,7 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     play.add_argument("--seed", type=int, default=0, help="picks the task")
     play.add_argument("--history-length", type=int, default=2, help="K, steps of memory in the prompt")
     play.add_argument("--show-prompts", type=int, default=2, help="how many full prompts to print")
-    health = commands.add_parser("check", help="check an env's info contract and fingerprints before training")
+    health = commands.add_parser(
+        "check", help="check an env's info contract and fingerprints before training"
+    )
     health.add_argument("env_id", help='a registered id, or "module:Id" to import module first')
     health.add_argument("env_kwargs", nargs="*", metavar="key=value", help="env arguments")
     health.add_argument("--groups", type=int, default=3, help="task groups to play")

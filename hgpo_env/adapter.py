@@ -211,7 +211,9 @@ class TextAdapter(TextEnv):
 
     def _apply(self, command: str) -> Transition:
         try:
-            action = command if self.text_spec.to_env_action is None else self.text_spec.to_env_action(command)
+            action = (
+                command if self.text_spec.to_env_action is None else self.text_spec.to_env_action(command)
+            )
         except ValueError:
             return Transition(self.observation, 0.0, accepted=False)
         observation, reward, terminated, truncated, info = self._call(self._step_env, self.env, action)

@@ -10,6 +10,7 @@ that carries a counter or clock, so level 0 never repeats).
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 from collections import Counter, defaultdict
@@ -83,7 +84,9 @@ def _command(env: gym.Env, info: Mapping[str, Any], rng: random.Random, expert: 
     return rng.choice(list(info["admissible_actions"]) or list(PROBES))
 
 
-def _contract_problems(info: Mapping[str, Any], keys: Sequence[str], history_length: int, where: str) -> list[str]:
+def _contract_problems(
+    info: Mapping[str, Any], keys: Sequence[str], history_length: int, where: str
+) -> list[str]:
     missing = [key for key in keys if key not in info]
     if missing:
         return [f"{where}: info lacks {missing}"]
@@ -137,7 +140,7 @@ def _counter_warning(episodes: list[list[str]]) -> str | None:
     a move counter or clock, which makes every state unique so level 0 never repeats."""
     changed = ticking = 0
     for texts in episodes:
-        for before, after in zip(texts, texts[1:]):
+        for before, after in itertools.pairwise(texts):
             if before == after:
                 continue
             changed += 1
@@ -150,6 +153,72 @@ def _counter_warning(episodes: list[list[str]]) -> str | None:
             "(TextEnvSpec.state_text), or level-0 groups stay singletons"
         )
     return None
+
+
+@dataclass
+class _Checker:
+    """What one health check plays with and what it collects."""
+
+    env_id: str
+    kwargs: Mapping[str, Any]
+    group_size: int
+    max_steps: int
+    seed: int
+    history_length: int
+    rng: random.Random
+    report: HealthReport
+    steps: list[_Step] = field(default_factory=list)
+    texts: list[list[str]] = field(default_factory=list)
+
+    def play_group(self, group: int) -> None:
+        """Play one task group, replay its episodes, and record what the report says of them."""
+        envs = [gym.make(self.env_id, **self.kwargs) for _ in range(self.group_size)]
+        try:
+            envs[0].reset(seed=self.seed + group)
+            task_id = envs[0].unwrapped.task_id
+            episodes = []
+            for member, env in enumerate(envs):
+                expert = member % 2 == 0
+
+                def policy(info: Mapping[str, Any], env: gym.Env = env, expert: bool = expert) -> str:
+                    return _command(env, info, self.rng, expert)
+
+                episodes.append(_play(env, self.seed + group, task_id, None, policy, self.max_steps))
+            initial = {episode[3]["initial_fingerprint"] for episode in episodes}
+            if len(initial) != 1:
+                self.report.problems.append(
+                    f"group {group} (task {task_id}): initial fingerprints differ: {initial}"
+                )
+            for member, (trace, sent, infos, reset_info) in enumerate(episodes):
+                where = f"group {group} member {member}"
+                self.report.problems += _contract_problems(
+                    reset_info, RESET_KEYS, self.history_length, f"{where} reset"
+                )
+                for t, info in enumerate(infos, start=1):
+                    self.report.problems += _contract_problems(
+                        info, AGENT_KEYS, self.history_length, f"{where} step {t}"
+                    )
+                self.texts.append([info.get("state_text", "") for info in [reset_info, *infos]])
+                for info in [reset_info, *infos]:
+                    if "fingerprints" in info:
+                        self.steps.append(_Step(group, tuple(info["fingerprints"])))
+                replay_env = gym.make(self.env_id, **self.kwargs)
+                try:
+                    replayed = _play(replay_env, self.seed + group, task_id, sent, None, self.max_steps)[0]
+                finally:
+                    replay_env.close()
+                if replayed != trace:
+                    first = next(
+                        i for i, (a, b) in enumerate(zip(trace, replayed + [None] * len(trace))) if a != b
+                    )
+                    self.report.problems.append(
+                        f"{where}: replay differs from step {first} on (not deterministic)"
+                    )
+                self.report.episodes += 1
+                self.report.steps += len(sent)
+        finally:
+            for env in envs:
+                env.close()
 
 
 def check_env_health(
@@ -170,49 +239,17 @@ def check_env_health(
     """
     kwargs = {"history_length": history_length, "response_format": "plain", **(env_kwargs or {})}
     report = HealthReport(env_id)
-    rng = random.Random(seed)
-    steps: list[_Step] = []
-    texts: list[list[str]] = []
+    checker = _Checker(
+        env_id, kwargs, group_size, max_steps, seed, history_length, random.Random(seed), report
+    )
+    gym.make(env_id, **kwargs).close()  # bad arguments fail here, as the caller's error
     for group in range(groups):
-        envs = [gym.make(env_id, **kwargs) for _ in range(group_size)]
         try:
-            envs[0].reset(seed=seed + group)
-            task_id = envs[0].unwrapped.task_id
-            episodes = []
-            for member, env in enumerate(envs):
-                expert = member % 2 == 0
-
-                def policy(info: Mapping[str, Any], env: gym.Env = env, expert: bool = expert) -> str:
-                    return _command(env, info, rng, expert)
-
-                episodes.append(_play(env, seed + group, task_id, None, policy, max_steps))
-            initial = {episode[3]["initial_fingerprint"] for episode in episodes}
-            if len(initial) != 1:
-                report.problems.append(f"group {group} (task {task_id}): initial fingerprints differ: {initial}")
-            for member, (trace, sent, infos, reset_info) in enumerate(episodes):
-                where = f"group {group} member {member}"
-                report.problems += _contract_problems(reset_info, RESET_KEYS, history_length, f"{where} reset")
-                for t, info in enumerate(infos, start=1):
-                    report.problems += _contract_problems(info, AGENT_KEYS, history_length, f"{where} step {t}")
-                texts.append([info.get("state_text", "") for info in [reset_info, *infos]])
-                for info in [reset_info, *infos]:
-                    if "fingerprints" in info:
-                        steps.append(_Step(group, tuple(info["fingerprints"])))
-                replay_env = gym.make(env_id, **kwargs)
-                try:
-                    replayed = _play(replay_env, seed + group, task_id, sent, None, max_steps)[0]
-                finally:
-                    replay_env.close()
-                if replayed != trace:
-                    first = next(i for i, (a, b) in enumerate(zip(trace, replayed + [None] * len(trace))) if a != b)
-                    report.problems.append(f"{where}: replay differs from step {first} on (not deterministic)")
-                report.episodes += 1
-                report.steps += len(sent)
-        finally:
-            for env in envs:
-                env.close()
-    report.levels = [_level_health(steps, k) for k in range(history_length + 1)]
-    warning = _counter_warning(texts)
+            checker.play_group(group)
+        except Exception as error:  # noqa: BLE001  (an env that raises breaks the contract: report it)
+            report.problems.append(f"group {group}: the env raised {type(error).__name__}: {error}")
+    report.levels = [_level_health(checker.steps, k) for k in range(history_length + 1)]
+    warning = _counter_warning(checker.texts)
     if warning:
         report.warnings.append(warning)
     return report

@@ -249,3 +249,16 @@ def test_check_cli_exit_codes():
         timeout=120,
     )
     assert bad.returncode == 1 and "not deterministic" in bad.stdout, bad.stdout + bad.stderr
+
+
+def test_the_readme_example_runs_as_written():
+    text = (HERE.parent / "README.md").read_text()
+    section = text[text.index("### Bring your own environment") :]
+    code = section[section.index("```python\n") + len("```python\n") : section.index("\n```\n")]
+    assert len(code.strip().splitlines()) <= 30
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    fingerprints, valid = out.stdout.rsplit(")", 1)
+    assert len(fingerprints.strip("(").split(",")) == 3 and valid.strip() == "True"

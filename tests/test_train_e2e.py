@@ -282,10 +282,14 @@ def test_a_third_party_preset_trains_by_id(tmp_path):
     try:
         assert trainer.config.env.env_id == "HGPO-TextWorldExpress-v0"
         result = _one_iteration_checks(trainer)
-        assert all(task.startswith("Your task is to search the environment") for task in result.batch.episodes.task)
+        assert all(
+            task.startswith("Your task is to search the environment") for task in result.batch.episodes.task
+        )
     finally:
         trainer.close()
-    assert main(["--config", config, *small, "train.iterations=2", f"train.output_dir={tmp_path / 'cli'}"]) == 0
+    assert (
+        main(["--config", config, *small, "train.iterations=2", f"train.output_dir={tmp_path / 'cli'}"]) == 0
+    )
     metrics = read_metrics(tmp_path / "cli" / "metrics.jsonl")
     assert [r["iteration"] for r in metrics if "rollout/success_rate" in r] == [1, 2]
     assert any("eval/success_rate" in r for r in metrics)

@@ -107,7 +107,9 @@ SPEC = TextEnvSpec(
 class TextWorldEnv(TextAdapter):
     """``games``: a folder of game files (searched recursively) or a list of files."""
 
-    def __init__(self, games: str | Path | list[str] | list[Path] = (), *, max_steps: int = 50, **options: Any):
+    def __init__(
+        self, games: str | Path | list[str] | list[Path] = (), *, max_steps: int = 50, **options: Any
+    ):
         if not games:
             raise ValueError("HGPO-TextWorld-v0 needs games=: a folder of .z8/.ulx files or a list of them")
         super().__init__(_Games(find_games(games)), SPEC, max_steps=max_steps, **options)

@@ -70,7 +70,11 @@ class TextWorldExpressEnv(TextAdapter):
             raise ValueError(f"split must be 'train', 'dev' or 'test', got {split!r}")
         engine = _Engine(envStepLimit=_NO_LIMIT)
         engine.load(gameName=game, gameParams=game_params)
-        seeds = {"train": engine.getValidSeedsTrain, "dev": engine.getValidSeedsDev, "test": engine.getValidSeedsTest}
+        seeds = {
+            "train": engine.getValidSeedsTrain,
+            "dev": engine.getValidSeedsDev,
+            "test": engine.getValidSeedsTest,
+        }
         self.split = split
         self.seeds: list[int] = list(seeds[split]())
         spec = dataclasses.replace(SPEC, start=self._start, num_tasks=len(self.seeds))
