@@ -1,5 +1,6 @@
 """Command line: ``python -m hgpo_env demo`` plays an expert episode; ``check`` checks an env's
-contract and fingerprints before training; ``download`` fetches data."""
+contract and fingerprints before training; ``serve`` puts an env behind an OpenEnv server;
+``download`` fetches data."""
 
 from __future__ import annotations
 
@@ -60,6 +61,26 @@ def parse_env_kwargs(pairs: list[str]) -> dict[str, Any]:
     return kwargs
 
 
+def serve(args: argparse.Namespace) -> int:
+    from hgpo_env.registration import extra_hint
+
+    with extra_hint("hgpo_env.serve"):
+        from hgpo_env.serve.server import serve as run_server
+
+    if ":" in args.env_id:
+        importlib.import_module(args.env_id.partition(":")[0])
+    print(f"serving {args.env_id} on http://{args.host}:{args.port} (OpenEnv; WebSocket /ws)", flush=True)
+    run_server(
+        args.env_id.rpartition(":")[2],
+        parse_env_kwargs(args.env_kwargs),
+        host=args.host,
+        port=args.port,
+        max_sessions=args.max_sessions,
+        session_timeout=args.session_timeout,
+    )
+    return 0
+
+
 def check(args: argparse.Namespace) -> int:
     from hgpo_env.check import check_env_health
 
@@ -96,6 +117,17 @@ def main(argv: list[str] | None = None) -> int:
     health.add_argument("--max-steps", type=int, default=20, help="steps per episode at most")
     health.add_argument("--history-length", type=int, default=2, help="K")
     health.add_argument("--seed", type=int, default=0)
+    server = commands.add_parser("serve", help="serve an env over the network as an OpenEnv environment")
+    server.add_argument("env_id", help='a registered id, or "module:Id" to import module first')
+    server.add_argument(
+        "env_kwargs", nargs="*", metavar="key=value", help="env arguments (a reset may override)"
+    )
+    server.add_argument("--host", default="127.0.0.1", help="address to bind (nothing is authenticated)")
+    server.add_argument("--port", type=int, default=8000)
+    server.add_argument("--max-sessions", type=int, default=64, help="concurrent episodes at most")
+    server.add_argument(
+        "--session-timeout", type=float, default=None, help="reclaim sessions idle this long (s)"
+    )
     fetch = commands.add_parser("download", help="fetch an official dataset (needs network)")
     fetch.add_argument("family", choices=DOWNLOADABLE)
     fetch.add_argument("--dest", type=Path, default=None, help="target folder (default: under $HGPO_DATA)")
@@ -104,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if demo(args.env, args.seed, args.history_length, args.show_prompts) else 1
     if args.command == "check":
         return check(args)
+    if args.command == "serve":
+        return serve(args)
     path = importlib.import_module(f"hgpo_env.envs.{args.family}").download(args.dest)
     print(f"{args.family} data ready in {path}")
     return 0

@@ -43,13 +43,14 @@ EXTRAS = {
     "hgpo_env.envs.scienceworld": "scienceworld",
     "hgpo_env.envs.babyai": "babyai",
     "hgpo_env.envs.textarena": "textarena",
+    "hgpo_env.serve": "serve",
 }
 """Env package -> the pip extra that installs its engine's dependencies."""
 
 
 @contextlib.contextmanager
-def _extra_hint(module: str) -> Iterator[None]:
-    """Turn a missing third-party module of an env package into one line naming its extra."""
+def extra_hint(module: str) -> Iterator[None]:
+    """Turn a missing third-party module of an hgpo_env package into one line naming its extra."""
     try:
         yield
     except ModuleNotFoundError as error:
@@ -62,7 +63,7 @@ def _extra_hint(module: str) -> Iterator[None]:
 
 def _load_class(path: str) -> Callable[..., gym.Env[str, str]]:
     module, _, name = path.partition(":")
-    with _extra_hint(module):
+    with extra_hint(module):
         return getattr(importlib.import_module(module), name)
 
 
@@ -96,7 +97,7 @@ def make_agent_env(
     cls = _load_class(env_class) if isinstance(env_class, str) else env_class
     if isinstance(cls, type):
         check_argument_types(cls.__init__, env_kwargs)
-    with _extra_hint(getattr(cls, "__module__", "").rpartition(".")[0]):
+    with extra_hint(getattr(cls, "__module__", "").rpartition(".")[0]):
         text_env = cls(**env_kwargs)
     env = ParseResponse(text_env, response_format, require_think=require_think)
     return KStepMemory(

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
-BACKENDS = ("process", "ray")
+BACKENDS = ("process", "ray", "openenv")
 SEED_RANGE = 2**31 - 1
 
 
@@ -46,6 +46,13 @@ def _backend(name: str) -> tuple[type[Workers], Callable[[], int]]:
         from hgpo_env.vector.process import ProcessWorkers
 
         return ProcessWorkers, _local_cpus
+    if name == "openenv":
+        from hgpo_env.registration import extra_hint
+        from hgpo_env.vector.remote import OpenEnvWorkers
+
+        with extra_hint("hgpo_env.serve"):
+            import hgpo_env.serve.client  # noqa: F401  (fail here, not in every worker)
+        return OpenEnvWorkers, _local_cpus
     try:
         from hgpo_env.vector import ray_workers
     except ImportError as error:
@@ -77,7 +84,10 @@ class GroupedEnvPool:
         num_groups, group_size: the pool holds ``num_groups * group_size`` envs.
         num_workers: worker processes (Ray actors); default one per CPU, at most one per env.
         seed: seeds the per-group seeds that :meth:`reset` draws when given none.
-        backend: ``"process"`` (spawned local processes) or ``"ray"`` (Ray actors).
+        backend: ``"process"`` (spawned local processes), ``"ray"`` (Ray actors), or
+            ``"openenv"`` (local processes whose envs are sessions on the env servers ``servers``,
+            :mod:`hgpo_env.vector.remote`).
+        servers: base URLs of ``python -m hgpo_env serve`` servers (``backend="openenv"`` only).
         step_timeout, reset_timeout: seconds one env may take per step, and per reset or
             creation; a worker gets this much per env in its batch.
         ray_actor_options: overrides for ``ray.remote`` (``backend="ray"`` only).
@@ -96,12 +106,15 @@ class GroupedEnvPool:
         step_timeout: float = 60.0,
         reset_timeout: float = 300.0,
         ray_actor_options: Mapping[str, Any] | None = None,
+        servers: Sequence[str] | None = None,
         **env_kwargs: Any,
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         if ray_actor_options is not None and backend != "ray":
             raise ValueError("ray_actor_options needs backend='ray'")
+        if (servers is not None) != (backend == "openenv"):
+            raise ValueError("backend='openenv' needs servers=[url, ...], and servers need backend='openenv'")
         if not step_timeout > 0 or not reset_timeout > 0:
             raise ValueError(f"timeouts must be positive, got step {step_timeout!r}, reset {reset_timeout!r}")
         self.env_id = env_id
@@ -116,7 +129,9 @@ class GroupedEnvPool:
         self.num_groups, self.group_size, self.num_workers = num_groups, group_size, num_workers
         self.num_envs = self._layout.num_envs
         hosted = [self._layout.hosted(w) for w in range(num_workers)]
-        extra = {"actor_options": ray_actor_options} if backend == "ray" else {}
+        extra: dict[str, Any] = {"actor_options": ray_actor_options} if backend == "ray" else {}
+        if backend == "openenv":
+            extra = {"servers": list(servers or ()), "step_timeout": self.step_timeout}
         self._workers: Workers = workers_class(env_id, env_kwargs, hosted, self.reset_timeout, **extra)
         self._close = weakref.finalize(self, self._workers.close)
         self._status = [_Status.IDLE] * self.num_envs

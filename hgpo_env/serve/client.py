@@ -1,0 +1,130 @@
+"""Clients of an HGPO OpenEnv server: OpenEnv's typed client, and a Gymnasium env over a session.
+
+:class:`HGPOEnvClient` is an OpenEnv ``EnvClient`` (async; ``.sync()`` for plain code), for any
+trainer that speaks OpenEnv. :class:`RemoteEnv` makes a served env look like
+``gymnasium.make(ENV_ID)`` in process (the same prompts, rewards, ``terminated``/``truncated``
+and ``info``, fingerprints as ints), which is what the pool's ``backend="openenv"`` hosts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any, SupportsFloat
+
+import gymnasium as gym
+from openenv.core.client_types import StepResult
+from openenv.core.env_client import EnvClient
+from openenv.core.env_server.types import State
+
+from hgpo_env.core import TextSpace
+from hgpo_env.serve.wire import HGPOAction, HGPOObservation, info_from_wire
+
+
+class HGPOEnvClient(EnvClient[HGPOAction, HGPOObservation, State]):
+    """OpenEnv client of ``python -m hgpo_env serve``; ``reset(seed=, task_id=)`` picks the task."""
+
+    def _step_payload(self, action: HGPOAction) -> dict[str, Any]:
+        return {"response": action.response}
+
+    def _parse_result(self, payload: dict[str, Any]) -> StepResult[HGPOObservation]:
+        observation = HGPOObservation(
+            **payload.get("observation", {}), reward=payload.get("reward"), done=payload.get("done", False)
+        )
+        return StepResult(
+            observation=observation, reward=payload.get("reward"), done=payload.get("done", False)
+        )
+
+    def _parse_state(self, payload: dict[str, Any]) -> State:
+        return State(**payload)
+
+
+class RemoteEnv(gym.Env[str, str]):
+    """A served env as a local Gymnasium env: one OpenEnv session on the first server of
+    ``servers`` that answers, starting from ``servers[primary]``.
+
+    A reset that cannot reach its server tries the next one, so after a server is lost the next
+    episodes run on the others; a step whose server is lost raises (the pool then truncates that
+    episode). ``env_kwargs`` go to the server's env at reset (they must be JSON).
+
+    Args:
+        servers: base URLs (``http://host:port`` or ``ws://host:port``).
+        primary: index of the server tried first.
+        timeout: seconds to wait for one answer (and to connect).
+        env_id: the env the servers must serve (checked at reset); None accepts any.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self,
+        servers: Sequence[str],
+        primary: int = 0,
+        *,
+        timeout: float = 60.0,
+        env_id: str | None = None,
+        **env_kwargs: Any,
+    ) -> None:
+        if not servers:
+            raise ValueError("RemoteEnv needs at least one server URL")
+        try:
+            json.dumps(env_kwargs)
+        except TypeError as error:
+            raise TypeError(f"env arguments must be JSON to reach a server ({error})") from None
+        self.env_id = env_id
+        self.servers = list(servers)
+        self.primary = primary % len(self.servers)
+        self.timeout = timeout
+        self.env_kwargs = env_kwargs
+        self.observation_space = TextSpace(2**24)
+        self.action_space = TextSpace(2**24)
+        self.server: str | None = None
+        self._client: Any = None
+
+    def _connect(self, url: str) -> Any:
+        client = HGPOEnvClient(base_url=url, connect_timeout_s=self.timeout, message_timeout_s=self.timeout)
+        return client.sync()
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        task = (options or {}).get("task_id")
+        request = {"seed": seed, "task_id": task, "env_kwargs": self.env_kwargs, "env_id": self.env_id}
+        failures = []
+        order = self.servers[self.primary :] + self.servers[: self.primary]
+        if self.server in order:  # stay where the last episode ran while that server answers
+            order.remove(self.server)
+            order.insert(0, self.server)
+        for url in order:
+            try:
+                if self._client is None or url != self.server:
+                    self._drop()
+                    self._client, self.server = self._connect(url), url
+                result = self._client.reset(**request)
+            except (OSError, TimeoutError, ConnectionError) as error:
+                failures.append(f"{url}: {type(error).__name__}: {error}")
+                self._drop()
+                continue
+            info, _, _ = info_from_wire(result.observation.metadata)
+            return result.observation.prompt, info
+        raise ConnectionError("no server answered the reset:\n" + "\n".join(failures))
+
+    def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
+        if self._client is None:
+            raise RuntimeError("call reset() before step()")
+        result = self._client.step(HGPOAction(response=action))
+        info, terminated, truncated = info_from_wire(result.observation.metadata)
+        return result.observation.prompt, float(result.reward or 0.0), terminated, truncated, info
+
+    def _drop(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.close()
+            except Exception:  # noqa: BLE001  -- a lost server cannot close politely
+                pass
+        self._client, self.server = None, None
+
+    def close(self) -> None:
+        self._drop()
+        super().close()

@@ -1,0 +1,50 @@
+"""The ``openenv`` backend: pool workers whose envs are sessions on remote env servers.
+
+Each worker is a local process (as in the process backend) hosting :class:`RemoteEnv` sessions
+on ``servers[worker % len(servers)]``, so the envs spread over the servers and the workers wait
+on them in parallel. Every fault of the process backend keeps its meaning; in addition a server
+that dies or stops answering within ``step_timeout`` fails only the steps of its sessions (those
+episodes end truncated with ``info["env_error"]``), and their next reset moves to a server that
+answers.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hgpo_env.vector.host import EnvSpec
+from hgpo_env.vector.process import ProcessWorkers
+
+
+def _remote_env(servers: Sequence[str], primary: int, timeout: float, env_id: str, **env_kwargs: Any) -> Any:
+    from hgpo_env.serve.client import RemoteEnv  # the serve extra, imported in the worker
+
+    return RemoteEnv(servers, primary, timeout=timeout, env_id=env_id, **env_kwargs)
+
+
+class OpenEnvWorkers(ProcessWorkers):
+    def __init__(
+        self,
+        env: EnvSpec,
+        env_kwargs: Mapping[str, Any],
+        hosted: Sequence[Sequence[int]],
+        start_timeout: float,
+        *,
+        servers: Sequence[str],
+        step_timeout: float,
+    ) -> None:
+        if not isinstance(env, str):
+            raise TypeError("backend='openenv' takes a registered env id (the servers make the envs)")
+        if not servers:
+            raise ValueError("backend='openenv' needs servers=[url, ...]")
+        super().__init__(env, env_kwargs, hosted, start_timeout)
+        self._factories = [
+            functools.partial(_remote_env, list(servers), worker, step_timeout, env)
+            for worker in range(len(hosted))
+        ]
+
+    def _launch(self, worker: int) -> None:
+        self._env = self._factories[worker]
+        super()._launch(worker)

@@ -1,0 +1,60 @@
+"""Starting and stopping ``python -m hgpo_env serve`` for tests: 127.0.0.1, a free port, stopped by pid."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_healthy(url: str, process: subprocess.Popen, log: Path, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}:\n{log.read_text()}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=1) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError(f"server at {url} not healthy after {timeout} s:\n{log.read_text()}")
+
+
+@contextlib.contextmanager
+def running_server(env_id: str = "HGPO-Rooms-v0", *args: str) -> Iterator[tuple[str, subprocess.Popen]]:
+    """A server subprocess; yields its base URL and process, and stops it (by pid) after."""
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="hgpo-serve-") as folder:
+        log = Path(folder) / "server.log"
+        with log.open("w") as sink:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "hgpo_env", "serve", env_id, *args, "--port", str(port)],
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                cwd=folder,
+            )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_healthy(url, process, log)
+            yield url, process
+        finally:
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(15)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(5)
