@@ -103,6 +103,11 @@ class EnvConfig:
     """N: rollouts per task group, all from the same initial state."""
     num_workers: int = 2
     """Env worker processes of the pool."""
+    backend: Literal["process", "ray", "openenv"] = "process"
+    """Where the envs run: local worker processes, Ray actors, or sessions on the env servers
+    ``env.servers`` (``python -m hgpo_env serve``), driven by local worker processes."""
+    servers: list[str] = field(default_factory=list)
+    """Env server URLs (``http://host:port``) for ``env.backend: openenv``; envs spread over them."""
     max_prompt_tokens: int | None = None
     """Token budget of the prompt text; the memory window shrinks to fit (None: no budget)."""
     kwargs: dict[str, Any] = field(default_factory=dict)
@@ -508,6 +513,8 @@ def validate(config: Config) -> None:
         raise ConfigError("eval.tasks must be a non-empty list of non-negative task ids, or null for all")
     if not config.eval.seeds:
         raise ConfigError("eval.seeds must not be empty")
+    if (config.env.backend == "openenv") != bool(config.env.servers):
+        raise ConfigError("env.backend: openenv needs env.servers (a list of URLs), and env.servers needs it")
     if config.eval.min_episodes is not None and config.eval.min_episodes < 1:
         raise ConfigError(f"eval.min_episodes must be positive or null, got {config.eval.min_episodes}")
 

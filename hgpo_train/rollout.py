@@ -60,12 +60,21 @@ def make_pool(
     One env is made here first, so bad arguments or missing data fail with the env's own error
     instead of one traceback per worker.
     """
-    options = pool_options or {}
-    unknown = sorted(set(options) - POOL_OPTIONS)
+    unknown = sorted(set(pool_options or {}) - POOL_OPTIONS)
     if unknown:
         raise ValueError(f"unknown pool options {unknown}; GroupedEnvPool takes {sorted(POOL_OPTIONS)}")
+    options = {
+        "backend": env.backend,
+        **({"servers": list(env.servers)} if env.servers else {}),
+        **(pool_options or {}),
+    }
     kwargs = _env_kwargs(env, tokenizer, env_kwargs or {})
-    gym.make(env.env_id, **kwargs).close()
+    probe = _make_env(env, kwargs)
+    try:
+        if env.backend == "openenv":
+            probe.reset(seed=0)  # a served env is made at its first reset: check the arguments there
+    finally:
+        probe.close()
     workers = min(env.num_workers, num_groups * group_size)
     return GroupedEnvPool(
         env.env_id, num_groups, group_size, num_workers=workers, seed=seed, **options, **kwargs
@@ -77,11 +86,22 @@ def count_tasks(env: EnvConfig, env_kwargs: Mapping[str, Any] | None = None) -> 
     kwargs = _env_kwargs(env, None, env_kwargs or {})
     for prompt_only in ("tokenizer", "max_prompt_tokens"):
         kwargs.pop(prompt_only, None)
-    made = gym.make(env.env_id, **kwargs)
+    made = _make_env(env, kwargs)
     try:
+        if env.backend == "openenv":
+            made.reset(seed=0)
         return made.unwrapped.num_tasks
     finally:
         made.close()
+
+
+def _make_env(env: EnvConfig, kwargs: Mapping[str, Any]) -> gym.Env:
+    """One env as the pool's workers will have it: in process, or a session on the first server."""
+    if env.backend != "openenv":
+        return gym.make(env.env_id, **kwargs)
+    from hgpo_env.serve.client import RemoteEnv
+
+    return RemoteEnv(env.servers, env_id=env.env_id, **kwargs)
 
 
 def _env_kwargs(env: EnvConfig, tokenizer: Any, overrides: Mapping[str, Any]) -> dict[str, Any]:

@@ -198,15 +198,14 @@ def test_idle_sessions_are_reclaimed_after_the_session_timeout():
 
 
 def test_sigterm_closes_sessions_and_exits():
-    with running_server("HGPO-Rooms-v0") as (url, process):
-        with connect(url.replace("http", "ws") + "/ws") as ws:
-            ws_request(ws, "reset", {"seed": 0})
-            started = time.monotonic()
-            process.send_signal(signal.SIGTERM)
-            process.wait(20)
-            assert time.monotonic() - started < 15
-            with pytest.raises(Exception):  # noqa: B017,PT011  -- the connection is closed, however it is reported
-                ws_request(ws, "step", {"response": "look"})
+    with running_server("HGPO-Rooms-v0") as (url, process), connect(url.replace("http", "ws") + "/ws") as ws:
+        ws_request(ws, "reset", {"seed": 0})
+        started = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        process.wait(20)
+        assert time.monotonic() - started < 15
+        with pytest.raises(ConnectionClosed):
+            ws_request(ws, "step", {"response": "look"})
 
 
 def test_the_pool_over_two_servers_survives_losing_one():

@@ -178,3 +178,14 @@ def test_any_registered_env_id_or_module_path_is_an_env_name():
         load_config(env="HGPO-BabyA-v0")
     with pytest.raises(ConfigError, match="cannot import 'no_such_module'"):
         load_config(env="no_such_module:Env-v0")
+
+
+def test_env_servers_go_with_the_openenv_backend():
+    config = load_config(
+        env="rooms", overrides=["env.backend=openenv", "env.servers=[http://127.0.0.1:8000]"]
+    )
+    assert config.env.servers == ["http://127.0.0.1:8000"]
+    with pytest.raises(ConfigError, match="needs env.servers"):
+        load_config(env="rooms", overrides=["env.backend=openenv"])
+    with pytest.raises(ConfigError, match="needs env.servers"):
+        load_config(env="rooms", overrides=["env.servers=[http://127.0.0.1:8000]"])

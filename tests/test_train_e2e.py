@@ -293,3 +293,28 @@ def test_a_third_party_preset_trains_by_id(tmp_path):
     metrics = read_metrics(tmp_path / "cli" / "metrics.jsonl")
     assert [r["iteration"] for r in metrics if "rollout/success_rate" in r] == [1, 2]
     assert any("eval/success_rate" in r for r in metrics)
+
+
+def test_training_with_the_env_workers_behind_an_env_server(tmp_path):
+    """Two iterations with the envs served over OpenEnv give the metrics of the same run in process."""
+    from serve_helpers import running_server
+
+    small = ROOMS + ["train.iterations=2", "eval.tasks=[0,1]", "train.eval_every=2", "env.num_workers=2"]
+    local = _trainer("rooms", tmp_path / "local", small)
+    try:
+        local.fit()
+    finally:
+        local.close()
+    with running_server("HGPO-Rooms-v0") as (url, _):
+        remote = _trainer(
+            "rooms", tmp_path / "remote", [*small, "env.backend=openenv", f"env.servers=[{url}]"]
+        )
+        try:
+            assert remote.pool.backend == "openenv"
+            remote.fit()
+        finally:
+            remote.close()
+    runs = [read_metrics(tmp_path / name / "metrics.jsonl") for name in ("local", "remote")]
+    keys = [k for k in runs[0][0] if k.startswith(("rollout/", "eval/success_rate")) and "time" not in k]
+    assert {"rollout/success_rate", "rollout/invalid_rate", "rollout/episode_length"} <= set(keys)
+    assert [[r.get(k) for k in keys] for r in runs[0]] == [[r.get(k) for k in keys] for r in runs[1]]

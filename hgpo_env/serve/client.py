@@ -8,9 +8,10 @@ and ``info``, fingerprints as ints), which is what the pool's ``backend="openenv
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
-from typing import Any, SupportsFloat
+from typing import Any, ClassVar, SupportsFloat
 
 import gymnasium as gym
 from openenv.core.client_types import StepResult
@@ -54,7 +55,7 @@ class RemoteEnv(gym.Env[str, str]):
         env_id: the env the servers must serve (checked at reset); None accepts any.
     """
 
-    metadata = {"render_modes": []}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
 
     def __init__(
         self,
@@ -110,6 +111,13 @@ class RemoteEnv(gym.Env[str, str]):
             return result.observation.prompt, info
         raise ConnectionError("no server answered the reset:\n" + "\n".join(failures))
 
+    @property
+    def num_tasks(self) -> int | None:
+        """How many tasks the served env's ``task_id`` selects (None: unbounded); needs a reset first."""
+        if self._client is None:
+            raise RuntimeError("call reset() before asking for num_tasks")
+        return getattr(self._client.state(), "num_tasks", None)
+
     def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
         if self._client is None:
             raise RuntimeError("call reset() before step()")
@@ -119,10 +127,8 @@ class RemoteEnv(gym.Env[str, str]):
 
     def _drop(self) -> None:
         if self._client is not None:
-            try:
+            with contextlib.suppress(Exception):  # a lost server cannot close politely
                 self._client.close()
-            except Exception:  # noqa: BLE001  -- a lost server cannot close politely
-                pass
         self._client, self.server = None, None
 
     def close(self) -> None:

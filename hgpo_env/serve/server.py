@@ -73,7 +73,12 @@ class HGPOEnvironment(Environment[HGPOAction, HGPOObservation, State]):
             self.env, self._kwargs = gym.make(self.env_id, **kwargs), kwargs
         task = task_id if task_id is not None else index
         prompt, info = self.env.reset(seed=seed, options=None if task is None else {"task_id": task})
-        self._state = State(episode_id=episode_id or str(uuid.uuid4()), step_count=0)
+        self._state = State(
+            episode_id=episode_id or str(uuid.uuid4()),
+            step_count=0,
+            env_id=self.env_id,
+            num_tasks=self.env.unwrapped.num_tasks,
+        )
         return HGPOObservation(
             prompt=prompt, reward=0.0, done=False, metadata=info_to_wire(info, False, False)
         )
@@ -94,6 +99,7 @@ class HGPOEnvironment(Environment[HGPOAction, HGPOObservation, State]):
 
     @property
     def state(self) -> State:
+        """``episode_id`` and ``step_count``, plus ``env_id`` and ``num_tasks`` once a reset made the env."""
         return self._state
 
     def close(self) -> None:

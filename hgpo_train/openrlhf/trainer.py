@@ -119,7 +119,11 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         self.multiple = pad_multiple(
             self.cluster.dp_size, args.rollout.micro_batch_size, args.train.batch_size
         )
-        pool_options = {"backend": "ray", "ray_actor_options": {"num_cpus": self.cluster.env_actor_cpus}}
+        pool_options = (  # env servers when configured, else env actors on the Ray cluster
+            None
+            if config.env.backend == "openenv"
+            else {"backend": "ray", "ray_actor_options": {"num_cpus": self.cluster.env_actor_cpus}}
+        )
         self.pool = make_pool(
             config.env,
             config.env.num_groups,
