@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -69,15 +70,19 @@ def serve(args: argparse.Namespace) -> int:
 
     if ":" in args.env_id:
         importlib.import_module(args.env_id.partition(":")[0])
-    print(f"serving {args.env_id} on http://{args.host}:{args.port} (OpenEnv; WebSocket /ws)", flush=True)
-    run_server(
-        args.env_id.rpartition(":")[2],
-        parse_env_kwargs(args.env_kwargs),
-        host=args.host,
-        port=args.port,
-        max_sessions=args.max_sessions,
-        session_timeout=args.session_timeout,
-    )
+    try:
+        run_server(
+            args.env_id.rpartition(":")[2],
+            parse_env_kwargs(args.env_kwargs),
+            host=args.host,
+            port=args.port,
+            max_sessions=args.max_sessions,
+            session_timeout=args.session_timeout,
+            threads=args.threads,
+        )
+    except (gym.error.Error, ValueError, TypeError, FileNotFoundError) as error:  # bad id or env argument
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -127,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     server.add_argument("--max-sessions", type=int, default=64, help="concurrent episodes at most")
     server.add_argument(
         "--session-timeout", type=float, default=None, help="reclaim sessions idle this long (s)"
+    )
+    server.add_argument(
+        "--threads", action="store_true", help="step sessions in threads (for envs that wait on Java engines)"
     )
     fetch = commands.add_parser("download", help="fetch an official dataset (needs network)")
     fetch.add_argument("family", choices=DOWNLOADABLE)

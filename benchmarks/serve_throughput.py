@@ -1,0 +1,109 @@
+"""Env steps per second and step latency over OpenEnv's WebSocket, beside the in-process pool.
+
+    python benchmarks/serve_throughput.py [--seconds 5] [--sessions 1 16 64] [--webshop-data PATH]
+
+For Rooms and WebShop, a server (``python -m hgpo_env serve``, one process) is started on
+127.0.0.1 and N sessions play random admissible commands over ``/ws`` from one asyncio client
+process, resetting as episodes end; each step's round trip is timed. The baseline, in the same
+run, is ``GroupedEnvPool`` (process backend, 2 workers) stepping N envs the same way. Target on
+2 cores: at least 2,000 Rooms steps/s with 64 sessions, p99 under 20 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from websockets.asyncio.client import connect
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from serve_helpers import running_server
+
+from hgpo_env.vector import GroupedEnvPool
+
+RESPONSE = "<think>ok</think><action>{}</action>"
+
+
+async def session(url: str, seconds: float, seed: int, latencies: list[float]) -> int:
+    rng, steps = random.Random(seed), 0
+    async with connect(url, max_size=None) as ws:
+        deadline = time.perf_counter() + seconds
+        reply: dict = {}
+        while time.perf_counter() < deadline:
+            if not reply or reply["data"]["done"]:
+                await ws.send(json.dumps({"type": "reset", "data": {"seed": rng.randrange(10**6)}}))
+                reply = json.loads(await ws.recv())
+            command = rng.choice(reply["data"]["metadata"]["admissible_actions"])
+            started = time.perf_counter()
+            await ws.send(json.dumps({"type": "step", "data": {"response": RESPONSE.format(command)}}))
+            reply = json.loads(await ws.recv())
+            latencies.append(time.perf_counter() - started)
+            steps += 1
+    return steps
+
+
+async def served(url: str, sessions: int, seconds: float) -> tuple[float, list[float]]:
+    latencies: list[float] = []
+    started = time.perf_counter()
+    steps = await asyncio.gather(*(session(url, seconds, i, latencies) for i in range(sessions)))
+    return sum(steps) / (time.perf_counter() - started), latencies
+
+
+def pooled(env_id: str, kwargs: dict, envs: int, seconds: float) -> tuple[float, list[float]]:
+    rng, latencies, steps = random.Random(0), [], 0
+    with GroupedEnvPool(env_id, envs, 1, num_workers=min(2, envs), seed=0, **kwargs) as pool:
+        infos = {r.env_index: r.info for r in pool.reset()}
+        deadline = time.perf_counter() + seconds
+        started = time.perf_counter()
+        while time.perf_counter() < deadline:
+            if not pool.running:
+                infos = {r.env_index: r.info for r in pool.reset()}
+            actions = {i: RESPONSE.format(rng.choice(infos[i]["admissible_actions"])) for i in pool.running}
+            begun = time.perf_counter()
+            for result in pool.step(actions):
+                infos[result.env_index] = result.info
+            latencies.append(time.perf_counter() - begun)
+            steps += len(actions)
+        return steps / (time.perf_counter() - started), latencies
+
+
+def quantile(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100)[q - 1] * 1e3 if len(values) > 1 else values[0] * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--sessions", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument(
+        "--webshop-data", default=str(Path(__file__).resolve().parents[2] / "shared/data/webshop")
+    )
+    args = parser.parse_args()
+    webshop = [f"data_path={args.webshop_data}"] if Path(args.webshop_data).is_dir() else []
+    envs = [("HGPO-Rooms-v0", []), ("HGPO-WebShop-v0", webshop)]
+    print(f"{args.seconds:g} s per cell; latency = one step's round trip (pool: one pool.step over all envs)")
+    print(
+        f"{'env':<17}{'sessions':>9}{'served steps/s':>16}{'p50 ms':>8}{'p99 ms':>8}{'pool steps/s':>14}{'p50 ms':>8}{'p99 ms':>8}"
+    )
+    for env_id, env_args in envs:
+        kwargs = dict(arg.split("=", 1) for arg in env_args)
+        with running_server(env_id, *env_args, "--max-sessions", str(max(args.sessions))) as (url, _):
+            for n in args.sessions:
+                rate, lat = asyncio.run(served(url.replace("http", "ws") + "/ws", n, args.seconds))
+                pool_rate, pool_lat = pooled(env_id, kwargs, n, args.seconds)
+                print(
+                    f"{env_id:<17}{n:>9}{rate:>16.0f}{quantile(lat, 50):>8.2f}{quantile(lat, 99):>8.2f}"
+                    f"{pool_rate:>14.0f}{quantile(pool_lat, 50):>8.2f}{quantile(pool_lat, 99):>8.2f}"
+                )
+
+
+if __name__ == "__main__":
+    main()
