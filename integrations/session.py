@@ -9,6 +9,7 @@ the invalid steps, ``won`` and the env-native ``score``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -23,14 +24,28 @@ class EnvSession:
         env_id: a registered ``HGPO-*`` id.
         invalid_penalty: subtracted from :attr:`episode_return` per invalid step (0.1, as the
             step-level estimators' default).
+        servers: env server URLs (``python -m hgpo_env serve``): the env is then a session on
+            one of them (:class:`~hgpo_env.serve.client.RemoteEnv`) instead of made here.
         env_kwargs: passed to ``gymnasium.make`` (``response_format``, ``max_steps``, env options).
     """
 
-    def __init__(self, env_id: str, *, invalid_penalty: float = 0.1, **env_kwargs: Any) -> None:
+    def __init__(
+        self,
+        env_id: str,
+        *,
+        invalid_penalty: float = 0.1,
+        servers: Sequence[str] | None = None,
+        **env_kwargs: Any,
+    ) -> None:
         if invalid_penalty < 0:
             raise ValueError(f"invalid_penalty must be >= 0, got {invalid_penalty!r}")
         env_kwargs.setdefault("history_length", 0)
-        self.env = gym.make(env_id, **env_kwargs)
+        if servers:
+            from hgpo_env.serve.client import RemoteEnv
+
+            self.env: gym.Env = RemoteEnv(servers, env_id=env_id, **env_kwargs)
+        else:
+            self.env = gym.make(env_id, **env_kwargs)
         self.invalid_penalty = float(invalid_penalty)
         self.info: dict[str, Any] = {}
         self.total_reward = 0.0

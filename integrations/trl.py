@@ -111,8 +111,12 @@ class HGPOToolEnvironment:
 
 def environment_factory(env_id: str, **env_kwargs: Any) -> Callable[[], HGPOToolEnvironment]:
     """``GRPOTrainer(environment_factory=...)`` for an HGPO-* env; ``env_kwargs`` go to
-    :class:`HGPOToolEnvironment` (``invalid_penalty``) and ``gymnasium.make``."""
-    EnvSession(env_id, **env_kwargs).close()  # bad arguments fail here, once
+    :class:`HGPOToolEnvironment` (``invalid_penalty``, and ``servers=[url, ...]`` to play on env
+    servers through OpenEnv's client, TRL's native path) and ``gymnasium.make``."""
+    probe = EnvSession(env_id, **env_kwargs)  # bad arguments fail here, once
+    if env_kwargs.get("servers"):
+        probe.reset(seed=0)  # a served env is made at its first reset
+    probe.close()
     return functools.partial(HGPOToolEnvironment, env_id, **env_kwargs)
 
 

@@ -227,19 +227,20 @@ def test_tool_environment_plays_the_rows_task_and_scores_it():
         b.reset(prompt=[])
 
 
-def test_environment_factory_in_grpo_trainer(tiny_model, tmp_path):
+def train_one_step_on_tasks(tiny_model, tmp_path, factory, tasks=(2, 9)) -> GRPOTrainer:
+    """GRPOTrainer with ``factory`` for one optimizer step; checks every rollout played its row's
+    task (both completions of the prompt the same) and that its reward reached TRL's logs."""
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     # a chat template with tool calling, as TRL ships it for Qwen2.5 (the tiny template has none)
     tokenizer.chat_template = (
         importlib.resources.files("trl") / "chat_templates" / "qwen2_5.jinja"
     ).read_text()
-    tasks = [2, 9]
     trainer = GRPOTrainer(
         model=tiny_model,
         args=grpo_config(tmp_path, max_steps=1, max_completion_length=8, gradient_accumulation_steps=1),
         processing_class=tokenizer,
-        train_dataset=task_dataset(tasks, "Solve the task with the act tool."),
-        environment_factory=environment_factory(ENV_ID, max_steps=4, **ROOMS),
+        train_dataset=task_dataset(list(tasks), "Solve the task with the act tool."),
+        environment_factory=factory,
     )
     trainer.train()
     assert trainer.state.global_step == 1
@@ -250,6 +251,21 @@ def test_environment_factory_in_grpo_trainer(tiny_model, tmp_path):
     assert played[0] == played[1]  # one group: both completions of the prompt play its task
     logged = trainer._logs["rewards"]["HGPOToolEnvironment"]
     assert list(logged)[-2:] == [env.get_reward() for env in trainer.environments]
+    return trainer
+
+
+def test_environment_factory_in_grpo_trainer(tiny_model, tmp_path):
+    train_one_step_on_tasks(tiny_model, tmp_path, environment_factory(ENV_ID, max_steps=4, **ROOMS))
+
+
+def test_environment_factory_over_an_openenv_server(tiny_model, tmp_path):
+    """TRL's OpenEnv pattern: the environment class holds an OpenEnv client of a served env."""
+    from serve_helpers import running_server
+
+    with running_server(ENV_ID) as (url, _):
+        factory = environment_factory(ENV_ID, servers=[url], max_steps=4, **ROOMS)
+        trainer = train_one_step_on_tasks(tiny_model, tmp_path, factory)
+        assert all(env.session.env.server == url for env in trainer.environments)
 
 
 def test_missing_trl_names_the_extra(monkeypatch):
