@@ -62,25 +62,35 @@ def parse_env_kwargs(pairs: list[str]) -> dict[str, Any]:
     return kwargs
 
 
+def env_from_args(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """The env id and its arguments; ``module:Id`` imports ``module`` (which registers ``Id``) first."""
+    if ":" in args.env_id:
+        importlib.import_module(args.env_id.partition(":")[0])
+    return args.env_id.rpartition(":")[2], parse_env_kwargs(args.env_kwargs)
+
+
+BAD_ENV = (gym.error.Error, ValueError, TypeError, FileNotFoundError)
+"""What a bad env id or env argument raises: reported in one line."""
+
+
 def serve(args: argparse.Namespace) -> int:
     from hgpo_env.registration import extra_hint
 
     with extra_hint("hgpo_env.serve"):
         from hgpo_env.serve.server import serve as run_server
 
-    if ":" in args.env_id:
-        importlib.import_module(args.env_id.partition(":")[0])
+    env_id, env_kwargs = env_from_args(args)
     try:
         run_server(
-            args.env_id.rpartition(":")[2],
-            parse_env_kwargs(args.env_kwargs),
+            env_id,
+            env_kwargs,
             host=args.host,
             port=args.port,
             max_sessions=args.max_sessions,
             session_timeout=args.session_timeout,
             threads=args.threads,
         )
-    except (gym.error.Error, ValueError, TypeError, FileNotFoundError) as error:  # bad id or env argument
+    except BAD_ENV as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0
@@ -89,17 +99,20 @@ def serve(args: argparse.Namespace) -> int:
 def check(args: argparse.Namespace) -> int:
     from hgpo_env.check import check_env_health
 
-    if ":" in args.env_id:  # "module:Id": the module registers the id
-        importlib.import_module(args.env_id.partition(":")[0])
-    report = check_env_health(
-        args.env_id.rpartition(":")[2],
-        parse_env_kwargs(args.env_kwargs),
-        groups=args.groups,
-        group_size=args.group_size,
-        max_steps=args.max_steps,
-        history_length=args.history_length,
-        seed=args.seed,
-    )
+    env_id, env_kwargs = env_from_args(args)
+    try:
+        report = check_env_health(
+            env_id,
+            env_kwargs,
+            groups=args.groups,
+            group_size=args.group_size,
+            max_steps=args.max_steps,
+            history_length=args.history_length,
+            seed=args.seed,
+        )
+    except BAD_ENV as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     print(report.format())
     return 0 if report.ok else 1
 

@@ -249,6 +249,16 @@ def test_check_cli_exit_codes():
         timeout=120,
     )
     assert bad.returncode == 1 and "not deterministic" in bad.stdout, bad.stdout + bad.stderr
+    missing = subprocess.run(
+        [sys.executable, "-m", "hgpo_env", "check", "HGPO-TextWorld-v0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert missing.returncode == 2 and missing.stderr.strip() == (
+        "error: HGPO-TextWorld-v0 needs games=: a folder of .z8/.ulx files or a list of them"
+    )
 
 
 def test_the_readme_example_runs_as_written():
