@@ -246,3 +246,23 @@ def test_the_readme_client_example_runs(rooms_server):
     scope: dict = {}
     exec(code.replace("http://127.0.0.1:8000", rooms_server), scope)  # noqa: S102  -- the README's own snippet
     assert len(scope["fingerprints"]) == 3 and scope["fingerprints"][0] != 0
+
+
+def test_task_api_splits_and_a_reset_by_split_and_index(rooms_server):
+    import urllib.error
+    import urllib.request
+
+    with urllib.request.urlopen(f"{rooms_server}/HGPO-Rooms-v0/splits", timeout=30) as answer:
+        assert [split["name"] for split in json.load(answer)] == ["train", "eval"]
+    request = urllib.request.Request(
+        f"{rooms_server}/HGPO-Rooms-v0/num_tasks",
+        data=b'{"split": "eval"}',
+        headers={"Content-Type": "application/json"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as unbounded:  # Rooms generates tasks without end
+        urllib.request.urlopen(request, timeout=30)
+    assert unbounded.value.code == 501
+    local = gym.make("HGPO-Rooms-v0", history_length=2, split="eval")
+    with connect(rooms_server.replace("http", "ws") + "/ws") as ws:
+        answer = ws_request(ws, "reset", {"seed": 5, "split": "eval", "index": 3})
+    assert answer["data"]["observation"]["prompt"] == local.reset(seed=5, options={"task_id": 3})[0]

@@ -130,9 +130,14 @@ class HGPOEnvironment(Environment[HGPOAction, HGPOObservation, State]):
             count = made.unwrapped.num_tasks
         finally:
             made.close()
-        if count is None:
-            raise ValueError(f"{self.env_id} generates tasks without end: any non-negative task id is one")
+        if count is None:  # OpenEnv answers 501: there is no count to give
+            raise NotImplementedError(
+                f"{self.env_id} generates tasks without end: any non-negative id is one"
+            )
         return int(count)
+
+    def list_tasks(self, split: str) -> list[dict[str, Any]]:
+        return [self.get_task(split, index) for index in range(self.num_tasks(split))]
 
     def get_task(self, split: str, index: int) -> dict[str, Any]:
         if not 0 <= index < self.num_tasks(split):

@@ -8,7 +8,7 @@ the context inconsistency HGPO corrects, by construction. Steps take microsecond
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import Any, Literal
 
 from hgpo_env.core import TextEnv
 from hgpo_env.envs.rooms.world import DIRECTIONS, Difficulty, Task, generate_task
@@ -40,7 +40,7 @@ class RoomsEnv(TextEnv):
         *,
         max_steps: int = 30,
         success_reward: float = 10.0,
-        split: str = "train",
+        split: Literal["train", "eval"] = "train",
         render_mode: str | None = None,
         protocol: str = "strict",
         show_carried: bool = False,
