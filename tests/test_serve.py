@@ -266,3 +266,26 @@ def test_task_api_splits_and_a_reset_by_split_and_index(rooms_server):
     with connect(rooms_server.replace("http", "ws") + "/ws") as ws:
         answer = ws_request(ws, "reset", {"seed": 5, "split": "eval", "index": 3})
     assert answer["data"]["observation"]["prompt"] == local.reset(seed=5, options={"task_id": 3})[0]
+
+
+def test_a_server_that_stops_answering_truncates_only_its_episodes_within_the_step_timeout():
+    with (
+        running_server("HGPO-Rooms-v0") as (live, _),
+        running_server("HGPO-Rooms-v0") as (hung, frozen),
+        GroupedEnvPool(
+            "HGPO-Rooms-v0", 2, 2, num_workers=2, seed=0, backend="openenv", servers=[live, hung],
+            step_timeout=2, response_format="plain",
+        ) as pool,
+    ):  # fmt: skip
+        pool.reset(task_ids=[10_001, 10_002])
+        frozen.send_signal(signal.SIGSTOP)  # alive but silent
+        try:
+            started = time.monotonic()
+            results = pool.step({i: "look" for i in pool.running})
+            elapsed = time.monotonic() - started
+        finally:
+            frozen.send_signal(signal.SIGCONT)
+        silent = {r.env_index for r in results if "env_error" in r.info}
+        assert silent == {i for i in range(4) if pool.worker_of(i) == 1}
+        assert all("Timeout" in results[i].info["env_error"] for i in silent)
+        assert elapsed < 2 * len(silent) + 3  # found within step_timeout of each step

@@ -315,6 +315,8 @@ def test_training_with_the_env_workers_behind_an_env_server(tmp_path):
         finally:
             remote.close()
     runs = [read_metrics(tmp_path / name / "metrics.jsonl") for name in ("local", "remote")]
-    keys = [k for k in runs[0][0] if k.startswith(("rollout/", "eval/success_rate")) and "time" not in k]
+    keys = sorted(
+        {k for r in runs[0] for k in r if k.startswith(("rollout/", "eval/success_rate")) and "time" not in k}
+    )
     assert {"rollout/success_rate", "rollout/invalid_rate", "rollout/episode_length"} <= set(keys)
     assert [[r.get(k) for k in keys] for r in runs[0]] == [[r.get(k) for k in keys] for r in runs[1]]

@@ -17,6 +17,9 @@ from typing import Any
 from hgpo_env.vector.host import EnvSpec
 from hgpo_env.vector.process import ProcessWorkers
 
+SLACK = 5.0
+"""Seconds a worker gets beyond its sessions' own timeouts before it is given up for dead."""
+
 
 def _remote_env(servers: Sequence[str], primary: int, timeout: float, env_id: str, **env_kwargs: Any) -> Any:
     from hgpo_env.serve.client import RemoteEnv  # the serve extra, imported in the worker
@@ -44,6 +47,11 @@ class OpenEnvWorkers(ProcessWorkers):
             functools.partial(_remote_env, list(servers), worker, step_timeout, env)
             for worker in range(len(hosted))
         ]
+
+    def _budget(self, timeout: float, batch_size: int) -> float:
+        """The sessions time out by themselves after ``timeout``; the worker's deadline comes
+        later, so a silent server costs its episodes, not the worker and the others it hosts."""
+        return timeout * batch_size + SLACK
 
     def _launch(self, worker: int) -> None:
         self._env = self._factories[worker]

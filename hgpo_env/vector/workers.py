@@ -55,6 +55,10 @@ class Workers(abc.ABC):
     def close(self) -> None:
         """Stop every worker and wait until they are gone; idempotent."""
 
+    def _budget(self, timeout: float, batch_size: int) -> float:
+        """Seconds a worker gets for a batch: ``timeout`` per env command."""
+        return timeout * batch_size
+
     # ----------------------------------------------------------------- shared
     def pids(self) -> list[int]:
         """The process id of each worker (-1 for one that is not running)."""
@@ -74,7 +78,7 @@ class Workers(abc.ABC):
         for worker, batch in batches.items():
             try:
                 self._send(worker, method, batch)
-                budgets[worker] = timeout * len(batch)
+                budgets[worker] = self._budget(timeout, len(batch))
             except WorkerFailure as failure:
                 replies[worker] = failure
         replies.update(self._gather(budgets, started))
