@@ -225,7 +225,7 @@ def test_a_missing_extra_is_named_in_one_line(blocked, env_id, extra):
     [
         ({"history_length": "two"}, "history_length must be int, got 'two'"),
         ({"max_steps": 2.5}, "max_steps must be int"),
-        ({"split": 3}, "split must be str"),
+        ({"split": 3}, "split must be 'train' or 'eval'"),
         ({"require_think": "yes"}, "require_think must be bool"),
     ],
 )
