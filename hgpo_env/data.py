@@ -3,20 +3,23 @@
 Environment families keep their downloads and generated defaults under :func:`data_home`.
 Downloads resume after an interruption (HTTP ``Range``) and are verified before they replace
 the destination, so a half-written or corrupted file is never mistaken for a good one.
-Archives come from the network, so :func:`safe_extract` checks every member before writing any.
+Archives come from the network, so :func:`safe_extract` writes regular files and folders only,
+after checking every member, and all of an archive or nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import posixpath
 import shutil
+import stat
 import tarfile
+import tempfile
 import urllib.error
 import urllib.request
 import zipfile
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 _CHUNK = 1 << 20
 
@@ -75,49 +78,98 @@ def download(url: str, dest: Path, sha256: str | None, *, resume: bool = True, t
     return dest
 
 
-def _check_name(name: str, archive: Path) -> None:
-    """Reject a member path that is absolute or climbs out of the destination."""
+class UnsafeArchiveError(ValueError):
+    """An archive member that :func:`safe_extract` will not write; nothing was written."""
+
+
+def _member_parts(name: str, archive: Path) -> tuple[str, ...]:
+    """The path parts of a member name, checked lexically: no absolute path, drive or ``..``."""
     path = PurePosixPath(name.replace("\\", "/"))
     if path.is_absolute() or (path.parts and path.parts[0].endswith(":")):
-        raise ValueError(f"{archive}: member {name!r} has an absolute path")
+        raise UnsafeArchiveError(f"{archive}: member {name!r} has an absolute path")
     if ".." in path.parts:
-        raise ValueError(f"{archive}: member {name!r} points outside the destination ('..')")
+        raise UnsafeArchiveError(f"{archive}: member {name!r} points outside the destination ('..')")
+    return tuple(part for part in path.parts if part not in ("", "."))
 
 
-def _check_tar_member(member: tarfile.TarInfo, archive: Path) -> None:
-    _check_name(member.name, archive)
-    if member.isdev():
-        raise ValueError(f"{archive}: member {member.name!r} is a device or pipe")
-    if member.issym() or member.islnk():
-        target = PurePosixPath(member.linkname)
-        if target.is_absolute():
-            raise ValueError(f"{archive}: link {member.name!r} points to an absolute path")
-        # A symlink is relative to its own folder, a hard link to the archive root.
-        base = PurePosixPath(member.name).parent if member.issym() else PurePosixPath()
-        resolved = posixpath.normpath(base / target)
-        if resolved == ".." or resolved.startswith("../"):
-            raise ValueError(f"{archive}: link {member.name!r} points outside the destination")
+def _unsupported(archive: Path, name: str, kind: str) -> UnsafeArchiveError:
+    return UnsafeArchiveError(
+        f"{archive}: member {name!r} is a {kind}; only regular files and folders are unpacked"
+    )
+
+
+def _tar_members(bundle: tarfile.TarFile, archive: Path) -> list[tuple[tuple[str, ...], Any]]:
+    members = []
+    for member in bundle.getmembers():
+        parts = _member_parts(member.name, archive)
+        if member.issym() or member.islnk():
+            raise _unsupported(archive, member.name, "link")
+        if not (member.isfile() or member.isdir()):
+            raise _unsupported(archive, member.name, "device, pipe or other special file")
+        members.append((parts, member if member.isfile() else None))
+    return members
+
+
+def _zip_members(bundle: zipfile.ZipFile, archive: Path) -> list[tuple[tuple[str, ...], Any]]:
+    members = []
+    for info in bundle.infolist():
+        parts = _member_parts(info.filename, archive)
+        kind = stat.S_IFMT(info.external_attr >> 16)  # 0 when the archiver stored no Unix mode
+        if kind == stat.S_IFLNK:
+            raise _unsupported(archive, info.filename, "link")
+        if kind not in (0, stat.S_IFREG, stat.S_IFDIR):
+            raise _unsupported(archive, info.filename, "device, pipe or other special file")
+        members.append((parts, None if info.is_dir() else info))
+    return members
 
 
 def safe_extract(archive: Path, dest: Path) -> None:
-    """Unpack a zip or tar archive (any compression) into ``dest``.
+    """Unpack a zip or tar archive (any compression) into ``dest``, whole or not at all.
 
-    Every member is checked before anything is written: absolute paths, ``..`` components,
-    links leading outside ``dest`` and device files raise ``ValueError``. Tar extraction also
-    runs with the standard library's ``"data"`` filter as a second line of defence.
+    Only regular files and folders are accepted (the ALFWorld and WebShop archives hold nothing
+    else), and every member's name is checked lexically (no absolute path, drive or ``..``)
+    before anything is written, so no link can ever redirect a write. Members are written into
+    a fresh folder beside ``dest``, with plain permissions (no setuid), and moved into ``dest``
+    once all are written; top-level entries already in ``dest`` are replaced. Raises
+    :class:`UnsafeArchiveError` (a ``ValueError``) naming the member otherwise.
     """
     archive, dest = Path(archive), Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    if zipfile.is_zipfile(archive):
-        with zipfile.ZipFile(archive) as bundle:
-            for name in bundle.namelist():
-                _check_name(name, archive)
-            bundle.extractall(dest)
-    elif tarfile.is_tarfile(archive):
-        with tarfile.open(archive) as bundle:
-            members = bundle.getmembers()
-            for member in members:
-                _check_tar_member(member, archive)
-            bundle.extractall(dest, members=members, filter="data")
-    else:
+    is_zip = zipfile.is_zipfile(archive)
+    if not is_zip and not tarfile.is_tarfile(archive):
         raise ValueError(f"{archive} is neither a zip nor a tar archive")
+    try:
+        with zipfile.ZipFile(archive) if is_zip else tarfile.open(archive) as bundle:
+            if is_zip:
+                _write_all(_zip_members(bundle, archive), bundle.open, dest)
+            else:
+                _write_all(_tar_members(bundle, archive), bundle.extractfile, dest)
+    except (OSError, tarfile.TarError, zipfile.BadZipFile) as error:
+        raise ValueError(f"{archive}: cannot unpack ({type(error).__name__}: {error})") from error
+
+
+def _write_all(members: list[tuple[tuple[str, ...], Any]], read: Any, dest: Path) -> None:
+    """Write checked members into a fresh folder beside ``dest``, then move them into it."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.unpacking-", dir=dest.parent))
+    try:
+        for parts, source in members:
+            target = staging.joinpath(*parts)
+            if source is None:
+                target.mkdir(mode=0o755, parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            with read(source) as data, open(target, "wb") as out:
+                shutil.copyfileobj(data, out, _CHUNK)
+            target.chmod(0o644)
+        if not dest.exists():
+            staging.replace(dest)
+            return
+        for entry in staging.iterdir():
+            existing = dest / entry.name
+            if existing.is_dir() and not existing.is_symlink():
+                shutil.rmtree(existing)
+            elif existing.exists() or existing.is_symlink():
+                existing.unlink()
+            entry.replace(existing)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

@@ -6,6 +6,7 @@ import hashlib
 import http.server
 import io
 import socket
+import stat
 import tarfile
 import threading
 import zipfile
@@ -113,34 +114,82 @@ def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile
     return info
 
 
-def test_safe_extract_unpacks_tar_and_zip(tmp_path: Path) -> None:
-    archive = _tar(
-        tmp_path / "a.tgz", (_member("d/x.txt"), b"x"), (_member("d/l", tarfile.SYMTYPE, "x.txt"), b"")
-    )
-    safe_extract(archive, tmp_path / "out")
-    assert (tmp_path / "out" / "d" / "l").read_text() == "x"
+def test_safe_extract_unpacks_tar_and_zip_whole_with_plain_permissions(tmp_path: Path) -> None:
+    setuid = _member("d/run.sh")
+    setuid.mode = 0o4755
+    archive = _tar(tmp_path / "a.tgz", (_member("d/x.txt"), b"x"), (setuid, b"#!/bin/sh"))
+    out = tmp_path / "out"
+    safe_extract(archive, out)
+    assert (out / "d" / "x.txt").read_text() == "x"
+    assert stat.S_IMODE((out / "d" / "run.sh").stat().st_mode) == 0o644  # no setuid, no exec
+    (out / "keep.txt").write_text("mine")
     with zipfile.ZipFile(tmp_path / "b.zip", "w") as bundle:
-        bundle.writestr("e/y.txt", "y")
-    safe_extract(tmp_path / "b.zip", tmp_path / "out")
-    assert (tmp_path / "out" / "e" / "y.txt").read_text() == "y"
+        bundle.writestr("d/y.txt", "y")
+    safe_extract(tmp_path / "b.zip", out)
+    assert (out / "d" / "y.txt").read_text() == "y" and not (out / "d" / "x.txt").exists()  # d replaced whole
+    assert (out / "keep.txt").read_text() == "mine"  # what the archive does not hold stays
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.tgz", "b.zip", "out"]  # no staging left
 
 
 @pytest.mark.parametrize(
     ("member", "reason"),
     [
         (_member("/etc/evil"), "absolute path"),
+        (_member("C:/evil"), "absolute path"),
         (_member("d/../../evil"), "outside"),
-        (_member("d/l", tarfile.SYMTYPE, "../../etc/passwd"), "outside"),
-        (_member("d/l", tarfile.SYMTYPE, "/etc/passwd"), "absolute path"),
-        (_member("d/h", tarfile.LNKTYPE, "../evil"), "outside"),
+        (_member("d/l", tarfile.SYMTYPE, "x.txt"), "is a link"),  # even one that stays inside
+        (_member("d/l", tarfile.SYMTYPE, "/etc/passwd"), "is a link"),
+        (_member("d/h", tarfile.LNKTYPE, "ok.txt"), "is a link"),
         (_member("d/dev", tarfile.CHRTYPE), "device"),
+        (_member("d/fifo", tarfile.FIFOTYPE), "device"),
     ],
 )
 def test_safe_extract_rejects_escapes(tmp_path: Path, member: tarfile.TarInfo, reason: str) -> None:
     archive = _tar(tmp_path / "bad.tar.gz", (_member("ok.txt"), b"ok"), (member, b""))
     with pytest.raises(ValueError, match=reason):
         safe_extract(archive, tmp_path / "out")
-    assert not (tmp_path / "out" / "ok.txt").exists()  # checked before anything was written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.tar.gz"]  # nothing written, nowhere
+
+
+def test_safe_extract_writes_nothing_for_upward_link_chains(tmp_path: Path) -> None:
+    """Nested upward links (the old member check let them through and the stdlib filter stopped
+    them only after earlier members were written), and links under a chain of long folder names
+    (the shape of the CVE-2025-4517 class, where os.path.realpath stops resolving past PATH_MAX):
+    every link is refused before anything is written, whatever it resolves to."""
+    nested = _tar(
+        tmp_path / "nested.tar",
+        (_member("a.txt"), b"written first"),
+        (_member("d/s", tarfile.SYMTYPE, ".."), b""),
+        (_member("d/s/t", tarfile.SYMTYPE, ".."), b""),
+        (_member("d/s/t/evil.txt"), b"escaped"),
+    )
+    long_name, path, members = "d" * 247, "", [(_member("a.txt"), b"written first")]
+    for step in "abcdefghijklmnop":
+        members.append((_member(f"{path}{long_name}", tarfile.DIRTYPE), b""))
+        members.append((_member(f"{path}{step}", tarfile.SYMTYPE, long_name), b""))
+        path += f"{long_name}/"
+    members.append((_member("abcdefghijklmnop/up", tarfile.SYMTYPE, "../" * 16), b""))
+    members.append((_member("abcdefghijklmnop/up/../evil.txt"), b"escaped"))
+    chain = _tar(tmp_path / "chain.tar", *members)
+    for archive in (nested, chain):
+        dest = tmp_path / "sandbox" / "out"
+        with pytest.raises(ValueError, match="is a link|outside"):
+            safe_extract(archive, dest)
+        assert not (tmp_path / "sandbox").exists() or not any((tmp_path / "sandbox").iterdir())
+        assert not list(tmp_path.rglob("evil.txt")) and not list(tmp_path.rglob("a.txt"))
+
+
+def test_safe_extract_rejects_zip_links_and_special_files(tmp_path: Path) -> None:
+    for mode, reason in ((stat.S_IFLNK | 0o777, "is a link"), (stat.S_IFCHR | 0o644, "device")):
+        with zipfile.ZipFile(tmp_path / "odd.zip", "w") as bundle:
+            bundle.writestr("ok.txt", "ok")
+            info = zipfile.ZipInfo("d/odd")
+            info.external_attr = mode << 16
+            bundle.writestr(info, "../../etc/passwd")
+            bundle.writestr("d/odd/next.txt", "x")
+        with pytest.raises(ValueError, match=reason):
+            safe_extract(tmp_path / "odd.zip", tmp_path / "out")
+        assert not (tmp_path / "out").exists()
 
 
 def test_safe_extract_rejects_zip_traversal_and_other_files(tmp_path: Path) -> None:
