@@ -1,15 +1,19 @@
 """Where data lives, fetching it with checksums, and unpacking archives without surprises.
 
 Environment families keep their downloads and generated defaults under :func:`data_home`.
-Downloads resume after an interruption (HTTP ``Range``) and are verified before they replace
-the destination, so a half-written or corrupted file is never mistaken for a good one.
+Downloads resume after an interruption (HTTP ``Range``) and are checked (announced size,
+checksum, archive integrity) before they get their final name, so a half-written or corrupted
+file is never mistaken for a good one.
 Archives come from the network, so :func:`safe_extract` writes regular files and folders only,
 after checking every member, and all of an archive or nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import http.client
+import logging
 import os
 import shutil
 import stat
@@ -18,10 +22,19 @@ import tempfile
 import urllib.error
 import urllib.request
 import zipfile
+from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+try:
+    import fcntl
+except ImportError:  # Windows: no lock between processes
+    fcntl = None  # type: ignore[assignment]
+
+logger = logging.getLogger(__name__)
 _CHUNK = 1 << 20
+_NET_CHUNK = 1 << 16
+"""Read size of a transfer: what a cut connection loses of the part at most."""
 
 
 def data_home() -> Path:
@@ -39,43 +52,124 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def download(url: str, dest: Path, sha256: str | None, *, resume: bool = True, timeout: float = 30) -> Path:
-    """Fetch ``url`` to the file ``dest`` and return ``dest``.
+def check_archive(path: Path) -> None:
+    """Raise ``ValueError`` unless ``path`` is a zip whose every CRC checks or a tar read to its end."""
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as bundle:
+                bad = bundle.testzip()
+            if bad is not None:
+                raise ValueError(f"member {bad!r} fails its CRC")
+            return
+        with tarfile.open(path) as bundle:
+            for member in bundle:
+                source = bundle.extractfile(member) if member.isfile() else None
+                while source is not None and source.read(_CHUNK):
+                    pass
+    except (OSError, EOFError, tarfile.TarError, zipfile.BadZipFile, ValueError) as error:
+        raise ValueError(f"{path} is not a whole archive ({type(error).__name__}: {error})") from None
+
+
+@contextlib.contextmanager
+def _locked(dest: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``dest`` + ".lock", so two processes never fetch one file at once."""
+    with open(dest.with_name(dest.name + ".lock"), "a") as handle:
+        if fcntl is not None:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _expected_size(response: Any, offset: int) -> int | None:
+    """The whole file's size as the response announces it (None: not announced)."""
+    if response.status == 206:
+        total = (response.headers.get("Content-Range") or "").rpartition("/")[2]
+        if total.isdigit():
+            return int(total)
+    length = response.headers.get("Content-Length")
+    if length is None or not length.isdigit():
+        return None
+    return int(length) + (offset if response.status == 206 else 0)
+
+
+def download(
+    url: str,
+    dest: Path,
+    sha256: str | None,
+    *,
+    resume: bool = True,
+    timeout: float = 30,
+    verify: Callable[[Path], None] | None = None,
+) -> Path:
+    """Fetch ``url`` to the file ``dest`` and return ``dest``; a partial file never gets its name.
 
     Bytes go to ``dest + ".part"`` first; with ``resume`` an existing part is continued with a
-    ``Range`` request (restarted when the server ignores it). When ``sha256`` is given the file
-    must match it: an existing ``dest`` that matches is kept without any network access, and a
-    mismatch deletes the part and raises. Offline machines get a ``ConnectionError`` that says
-    where to put the file by hand.
+    ``Range`` request (restarted when the server ignores it). The part becomes ``dest`` only when
+    it has the size the server announced, matches ``sha256`` (when given) and passes ``verify``
+    (e.g. :func:`check_archive`, for files whose release publishes no checksum). An existing
+    ``dest`` that fails them is removed, with a message, and fetched again. A transfer cut short
+    (closed early, reset, stalled past ``timeout``) keeps the part for the next run to resume and
+    raises ``ConnectionError``; offline, the message says where to put the file by hand. A lock
+    file beside ``dest`` keeps two processes from fetching it at once.
     """
     dest = Path(dest)
-    if dest.is_file() and (sha256 is None or sha256_of(dest) == sha256.lower()):
-        return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
-    part = dest.with_name(dest.name + ".part")
+    with _locked(dest):
+        if dest.is_file():
+            problem = _problem(dest, sha256, verify)
+            if problem is None:
+                return dest
+            logger.warning("%s: %s; removed it and fetching it again", dest, problem)
+            dest.unlink()
+        part = dest.with_name(dest.name + ".part")
+        _fetch(url, part, dest, resume, timeout)
+        problem = _problem(part, sha256, verify)
+        if problem is not None:
+            part.unlink()
+            raise ValueError(f"{url}: {problem}; removed the download")
+        part.replace(dest)
+    return dest
+
+
+def _problem(path: Path, sha256: str | None, verify: Callable[[Path], None] | None) -> str | None:
+    """Why ``path`` is not the file wanted, or None."""
+    if sha256 is not None:
+        actual = sha256_of(path)
+        if actual != sha256.lower():
+            return f"checksum mismatch: expected sha256 {sha256}, got {actual}"
+    if verify is not None:
+        try:
+            verify(path)
+        except ValueError as error:
+            return str(error)
+    return None
+
+
+def _fetch(url: str, part: Path, dest: Path, resume: bool, timeout: float) -> None:
+    """Bring ``part`` to the whole file (resuming it), or raise ``ConnectionError`` keeping it."""
     offset = part.stat().st_size if resume and part.is_file() else 0
     request = urllib.request.Request(url, headers={"Range": f"bytes={offset}-"} if offset else {})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             append = offset > 0 and response.status == 206
+            expected = _expected_size(response, offset if append else 0)
             with open(part, "ab" if append else "wb") as out:
-                shutil.copyfileobj(response, out, _CHUNK)
+                shutil.copyfileobj(response, out, _NET_CHUNK)
     except urllib.error.HTTPError as error:
-        if not (error.code == 416 and offset):  # 416: the part already holds the whole file
-            raise ConnectionError(f"cannot download {url}: HTTP {error.code} {error.reason}") from error
-    except (urllib.error.URLError, OSError) as error:
-        reason = getattr(error, "reason", error)
+        if error.code == 416 and offset:  # the part already holds the whole file
+            return
+        raise ConnectionError(f"cannot download {url}: HTTP {error.code} {error.reason}") from error
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
+        reason = getattr(error, "reason", None) or f"{type(error).__name__}: {error}"
+        kept = f" ({part.stat().st_size} bytes kept in {part}: run again to resume)" if part.is_file() else ""
         raise ConnectionError(
-            f"cannot download {url}: {reason}. If this machine is offline, fetch the file "
+            f"cannot download {url}: {reason}{kept}. If this machine is offline, fetch the file "
             f"elsewhere and place it at {dest}"
         ) from error
-    if sha256 is not None:
-        actual = sha256_of(part)
-        if actual != sha256.lower():
-            part.unlink()
-            raise ValueError(f"checksum mismatch for {url}: expected sha256 {sha256}, got {actual}")
-    part.replace(dest)
-    return dest
+    size = part.stat().st_size
+    if expected is not None and size != expected:
+        raise ConnectionError(
+            f"download of {url} ended at {size} of {expected} bytes; {part} is kept: run again to resume"
+        )
 
 
 class UnsafeArchiveError(ValueError):

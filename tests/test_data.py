@@ -7,8 +7,10 @@ import http.server
 import io
 import socket
 import stat
+import struct
 import tarfile
 import threading
+import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,30 +18,46 @@ from typing import ClassVar
 
 import pytest
 
-from hgpo_env.data import data_home, download, safe_extract
+from hgpo_env.data import check_archive, data_home, download, safe_extract
 
 PAYLOAD = bytes(range(256)) * 4096  # 1 MiB
 PAYLOAD_SHA = hashlib.sha256(PAYLOAD).hexdigest()
 
 
 class _RangeHandler(http.server.BaseHTTPRequestHandler):
-    """Serves PAYLOAD at any path and honours single ``bytes=N-`` ranges."""
+    """Serves ``payload`` at any path and honours single ``bytes=N-`` ranges; ``fault`` makes it
+    misbehave once: "close" (half the body, then a clean close), "reset" (half, then a TCP
+    reset), "stall" (half, then silence), "no-range" (ignores Range: the whole file, 200)."""
 
     requests: ClassVar[list[str | None]] = []
+    payload: ClassVar[bytes] = PAYLOAD
+    fault: ClassVar[str | None] = None
 
     def do_GET(self) -> None:
         header = self.headers.get("Range")
         type(self).requests.append(header)
-        start = int(header.removeprefix("bytes=").rstrip("-")) if header else 0
-        if start >= len(PAYLOAD):
+        fault, type(self).fault = type(self).fault, None
+        start = int(header.removeprefix("bytes=").rstrip("-")) if header and fault != "no-range" else 0
+        if start >= len(self.payload):
             self.send_response(416)
             self.end_headers()
             return
-        body = PAYLOAD[start:]
-        self.send_response(206 if header else 200)
+        body = self.payload[start:]
+        self.send_response(206 if start else 200)
         self.send_header("Content-Length", str(len(body)))
+        if start:
+            self.send_header("Content-Range", f"bytes {start}-{len(self.payload) - 1}/{len(self.payload)}")
         self.end_headers()
-        self.wfile.write(body)
+        if fault is None or fault == "no-range":
+            self.wfile.write(body)
+            return
+        self.wfile.write(body[: len(body) // 2])
+        self.wfile.flush()
+        if fault == "stall":
+            time.sleep(3)
+        elif fault == "reset":
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.close_connection = True
 
     def log_message(self, *args: object) -> None:
         pass
@@ -47,7 +65,7 @@ class _RangeHandler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture()
 def server() -> Iterator[str]:
-    _RangeHandler.requests = []
+    _RangeHandler.requests, _RangeHandler.payload, _RangeHandler.fault = [], PAYLOAD, None
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RangeHandler)
     thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
     thread.start()
@@ -98,6 +116,65 @@ def test_download_offline_says_where_to_put_the_file(tmp_path: Path) -> None:
     dest = tmp_path / "file.bin"
     with pytest.raises(ConnectionError, match="place it at"):
         download(f"http://127.0.0.1:{port}/x", dest, None, timeout=2)
+
+
+@pytest.mark.parametrize("fault", ["close", "reset", "stall"])
+def test_a_transfer_cut_short_keeps_its_part_and_the_next_run_resumes(
+    server: str, tmp_path: Path, fault
+) -> None:
+    dest = tmp_path / "file.bin"
+    _RangeHandler.fault = fault
+    started = time.monotonic()
+    with pytest.raises(ConnectionError, match="run again to resume"):
+        download(server, dest, None, timeout=1)  # no checksum: only the announced size can tell
+    assert time.monotonic() - started < 5 and not dest.exists()
+    kept = (tmp_path / "file.bin.part").stat().st_size
+    assert 0 < kept < len(PAYLOAD)
+    assert download(server, dest, None).read_bytes() == PAYLOAD
+    assert _RangeHandler.requests == [None, f"bytes={kept}-"]
+
+
+def test_a_server_that_ignores_range_gets_a_fresh_start(server: str, tmp_path: Path) -> None:
+    (tmp_path / "file.bin.part").write_bytes(b"stale bytes of another file")
+    _RangeHandler.fault = "no-range"
+    assert download(server, tmp_path / "file.bin", PAYLOAD_SHA).read_bytes() == PAYLOAD
+
+
+def _zip_bytes() -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as bundle:
+        bundle.writestr("data/x.txt", "x" * 10_000)
+    return buffer.getvalue()
+
+
+def test_archives_without_a_checksum_are_checked_whole(server: str, tmp_path: Path, caplog) -> None:
+    whole = _zip_bytes()
+    _RangeHandler.payload = whole[:-30]  # a truncated zip served as if whole
+    dest = tmp_path / "games.zip"
+    with pytest.raises(ValueError, match="not a whole archive"):
+        download(server, dest, None, verify=check_archive)
+    assert not dest.exists() and not (tmp_path / "games.zip.part").exists()
+    dest.write_bytes(whole[:-30])  # a corrupt file cached under the final name
+    _RangeHandler.payload = whole
+    assert download(server, dest, None, verify=check_archive).read_bytes() == whole
+    assert "removed it and fetching it again" in caplog.text
+
+
+def test_two_downloads_of_one_file_at_once(server: str, tmp_path: Path) -> None:
+    dest, errors = tmp_path / "file.bin", []
+
+    def fetch() -> None:
+        try:
+            download(server, dest, PAYLOAD_SHA)
+        except Exception as error:  # noqa: BLE001  -- asserted below
+            errors.append(repr(error))
+
+    threads = [threading.Thread(target=fetch) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not errors and dest.read_bytes() == PAYLOAD and len(_RangeHandler.requests) == 1
 
 
 def _tar(path: Path, *members: tuple[tarfile.TarInfo, bytes]) -> Path:

@@ -1,14 +1,15 @@
 """Fetching the official ALFWorld text games (the files ``alfworld-download`` fetches).
 
-The releases publish no checksums, so none are pinned: a download is trusted as far as HTTPS
-and the archive's own integrity go, and the unpacked folder must show the three splits.
+The releases publish no checksums, so none are pinned: a download is trusted as far as HTTPS,
+the announced size and the archive's own integrity (every zip CRC) go, and the unpacked folder
+must show the three splits.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from hgpo_env.data import data_home, safe_extract
+from hgpo_env.data import check_archive, data_home, safe_extract
 from hgpo_env.data import download as fetch
 from hgpo_env.envs.alfworld.games import SPLITS, split_dir
 
@@ -31,7 +32,7 @@ def download(dest: Path | None = None, *, traj_data: bool = False) -> Path:
     """
     root = Path(dest).expanduser() if dest is not None else official_root()
     for url in (GAMES_URL, TRAJ_URL) if traj_data else (GAMES_URL,):
-        archive = fetch(url, root / ".downloads" / url.rsplit("/", 1)[-1], None)
+        archive = fetch(url, root / ".downloads" / url.rsplit("/", 1)[-1], None, verify=check_archive)
         safe_extract(archive, root)
         archive.unlink()
     for split in SPLITS:
