@@ -38,7 +38,7 @@ import gymnasium as gym
 
 from hgpo_env.fingerprint import canonical_text
 from hgpo_env.info import env_attribute
-from hgpo_env.protocol import FALLBACK_CHARS
+from hgpo_env.protocol import FALLBACK_CHARS, MAX_SENT_CHARS
 
 RESPONSE_FORMATS = ("think_action", "plain")
 
@@ -121,7 +121,16 @@ def parse_response(
 
 
 def project_verl_agent(response: str, env_family: str) -> ParsedResponse:
-    """The command verl-agent sends for ``response`` and, when the step is invalid, why."""
+    """The command verl-agent sends for ``response`` and, when the step is invalid, why; the
+    command is made encodable and cut at :data:`~hgpo_env.protocol.MAX_SENT_CHARS`."""
+    projected = _project_verl_agent(response, env_family)
+    if projected.action is None:
+        return projected
+    command = projected.action.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    return ParsedResponse(command[:MAX_SENT_CHARS], projected.error)
+
+
+def _project_verl_agent(response: str, env_family: str) -> ParsedResponse:
     lowered = response.lower()
     start, end = lowered.find("<action>"), lowered.find("</action>")
     if start == -1 or end == -1:

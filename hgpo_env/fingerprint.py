@@ -37,6 +37,8 @@ _ASCII_SPACES_BUT_BLANK = "\t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"  # what str.split() a
 
 def canonical_text(text: str) -> str:
     """NFC-normalise and collapse whitespace, so cosmetic differences do not split groups."""
+    if not isinstance(text, str):
+        raise TypeError(f"canonical_text takes a str, got {type(text).__name__}")
     if text.isascii():
         # no whitespace but blanks: printable ASCII has none (a fast scan of short text), and
         # nine memchr scans are faster on long text

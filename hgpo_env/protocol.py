@@ -15,6 +15,10 @@ trained and evaluated on (verl-agent's ``projection.py`` and env managers):
   either way.
 * Admissibility is not checked: the game answers any command itself (ALFWorld: "Nothing
   happens."; WebShop: nothing changes), and validity is the response's alone.
+
+Beyond the papers' rules, what is sent (and so shown in later prompts) is kept encodable and
+bounded: lone surrogates become replacement characters (U+FFFD) and the command is cut at :data:`MAX_SENT_CHARS`
+characters, so no prompt breaks a tokenizer or grows with a runaway response.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from __future__ import annotations
 PROTOCOLS = ("strict", "verl-agent")
 FALLBACK_CHARS = {"alfworld": 30, "webshop": 20}
 """Characters of a tag-less response sent as the command, per env family (verl-agent's values)."""
+MAX_SENT_CHARS = 512
+"""Longest command sent under the verl-agent rules (theirs is unbounded)."""
 
 
 def check_protocol(protocol: str, env_family: str) -> None:

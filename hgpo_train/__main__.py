@@ -12,8 +12,13 @@ import json
 import sys
 from pathlib import Path
 
-from hgpo_train.config import ConfigError, describe_options, load_config
-from hgpo_train.tracking import read_metrics
+try:
+    from hgpo_train.config import ConfigError, describe_options, load_config
+    from hgpo_train.tracking import read_metrics
+except ModuleNotFoundError as missing:  # a core-only install: say which extra brings the trainer
+    raise SystemExit(
+        f"the trainer needs the train extra (no module {missing.name!r}): pip install -e '.[train]'"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -164,9 +164,15 @@ def main(argv: list[str] | None = None) -> int:
         "overrides", nargs="*", help="section.field=value, e.g. eval.tasks=[0,1,2] eval.seeds=[0]"
     )
     args = parser.parse_args(argv)
-
+    if args.run is not None and not (args.run / "config.yaml").is_file():
+        print(f"error: --run {args.run}: not a training run folder (no config.yaml)", file=sys.stderr)
+        return 2
     config_path = args.run / "config.yaml" if args.run else args.config
-    config = load_config(config_path, args.overrides, env=args.env, model=args.model)
+    try:
+        config = load_config(config_path, args.overrides, env=args.env, model=args.model)
+    except ConfigError as error:
+        print(f"config error: {error}", file=sys.stderr)
+        return 2
     run_dir = args.run or Path(config.train.output_dir)
     checkpoint = args.checkpoint or (latest_checkpoint(args.run) if args.run else None)
     loaded = load_run_policy(config, run_dir, resolve_device(config.train.device), checkpoint)

@@ -38,6 +38,12 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 
 
 def _load(loader: Any, name: str, **kwargs: Any) -> Any:
+    path = Path(name).expanduser()
+    if name.startswith(("/", ".", "~")) or path.exists():  # a path, never a hub name: no hub retries
+        if not path.exists():
+            raise ModelLoadError(f"model {name!r}: no such path")
+        if path.is_dir() and not (path / "config.json").is_file():
+            raise ModelLoadError(f"model {name!r}: a folder without a model in it (no config.json)")
     try:
         return loader.from_pretrained(name, **kwargs)
     except (OSError, ValueError) as error:

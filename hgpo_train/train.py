@@ -7,14 +7,17 @@ iterations a straight run would have done.
 
 from __future__ import annotations
 
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 
+from hgpo_env.vector import GroupedEnvPool
 from hgpo_train.advantage import compute_advantages, step_returns
 from hgpo_train.batch import StepBatch
 from hgpo_train.checkpoint import latest_checkpoint, load_training_state, save_checkpoint
@@ -65,6 +68,24 @@ class Trainer:
         if cfg.threads is not None:
             torch.set_num_threads(cfg.threads)
         self.run_dir = Path(cfg.output_dir)
+        self.pool: GroupedEnvPool | None = None
+        self.evaluator: Evaluator | None = None
+        self.logger: MetricsLogger | None = None
+        fresh = not self.run_dir.exists()
+        try:
+            self._start(config)
+        except BaseException:  # a failed start leaves no run folder it made, and no workers
+            self.close()
+            if fresh:
+                shutil.rmtree(self.run_dir, ignore_errors=True)
+            raise
+
+    def _start(self, config: Config) -> None:
+        cfg = config.train
+        try:  # the env first: a missing extra or a wrong argument is said in seconds, before the model
+            self.num_tasks = count_tasks(config.env)
+        except (TypeError, ValueError, gym.error.Error) as error:
+            raise ConfigError(f"env {config.env.env_id} (env.kwargs {config.env.kwargs}): {error}") from error
         self.run_dir.mkdir(parents=True, exist_ok=True)
         checkpoint = latest_checkpoint(self.run_dir)
         if checkpoint is not None and not cfg.resume:
@@ -72,7 +93,6 @@ class Trainer:
                 f"{self.run_dir} already has checkpoints and train.resume=false: "
                 "choose another train.output_dir or remove the old run"
             )
-        (self.run_dir / "config.yaml").write_text(config.to_yaml())
         self.device = resolve_device(cfg.device)
         loaded = load_run_policy(config, self.run_dir, self.device, checkpoint)
         self.model, self.tokenizer, self.base_path = loaded.model, loaded.tokenizer, loaded.base_path
@@ -103,8 +123,8 @@ class Trainer:
         self.pool = make_pool(
             config.env, config.env.num_groups, config.env.group_size, seed=cfg.seed, tokenizer=self.tokenizer
         )
-        self.num_tasks = count_tasks(config.env)
         self.evaluator = Evaluator(config, self.generator, self.tokenizer)
+        (self.run_dir / "config.yaml").write_text(config.to_yaml())
         self.logger = MetricsLogger(
             self.run_dir, config.logging, start_iteration=self.start_iteration, run_config=config.to_dict()
         )
@@ -211,9 +231,9 @@ class Trainer:
         )
 
     def close(self) -> None:
-        self.pool.close()
-        self.evaluator.close()
-        self.logger.close()
+        for part in (self.pool, self.evaluator, self.logger):
+            if part is not None:
+                part.close()
 
 
 def advantage_metrics(advantages: np.ndarray) -> dict[str, float]:

@@ -8,6 +8,7 @@ long run alive (a failing env or worker ends its episodes as truncated instead o
 from __future__ import annotations
 
 import enum
+import importlib
 import logging
 import os
 import weakref
@@ -60,6 +61,21 @@ def _backend(name: str) -> tuple[type[Workers], Callable[[], int]]:
     return ray_workers.RayWorkers, ray_workers.default_num_workers
 
 
+def _check_registered(env_id: str) -> None:
+    """Fail here, in one line, for an id no worker could make (``module:Id`` imports ``module``)."""
+    import gymnasium as gym
+
+    import hgpo_env  # noqa: F401  (registers the HGPO-* ids)
+
+    module, _, name = env_id.rpartition(":")
+    try:
+        if module:
+            importlib.import_module(module)
+        gym.spec(name)
+    except (ImportError, gym.error.Error) as error:
+        raise ValueError(f"cannot make {env_id!r}: {error}") from None
+
+
 class GroupedEnvPool:
     """``num_groups`` task groups of ``group_size`` copies of one env, spread over worker processes.
 
@@ -109,6 +125,15 @@ class GroupedEnvPool:
         servers: Sequence[str] | None = None,
         **env_kwargs: Any,
     ) -> None:
+        for name, value in (
+            ("num_groups", num_groups),
+            ("group_size", group_size),
+            ("num_workers", num_workers),
+        ):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if isinstance(env_id, str):
+            _check_registered(env_id)
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         if ray_actor_options is not None and backend != "ray":

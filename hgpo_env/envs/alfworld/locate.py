@@ -49,7 +49,14 @@ def locate(split: str, data_path: str | os.PathLike[str] | None, cache: CompileC
             raise GameDataError(f"{root}: data_path is not a folder")
         split_dir(root, split)  # raises, naming what is missing
         return _found(root)
-    for candidate in (os.environ.get("ALFWORLD_DATA"), official_root(), "~/.cache/alfworld"):
+    named = os.environ.get("ALFWORLD_DATA")
+    if named:  # a variable the user set is never ignored silently
+        root = Path(named).expanduser()
+        if not root.is_dir():
+            raise GameDataError(f"$ALFWORLD_DATA points to {root}, which is not a folder: fix or unset it")
+        split_dir(root, split)  # raises, naming what is missing
+        return _found(root)
+    for candidate in (official_root(), "~/.cache/alfworld"):
         if not candidate:
             continue
         root = Path(candidate).expanduser()

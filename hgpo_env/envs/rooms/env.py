@@ -7,6 +7,8 @@ the context inconsistency HGPO corrects, by construction. Steps take microsecond
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 from collections import deque
 from typing import Any, Literal
 
@@ -58,6 +60,12 @@ class RoomsEnv(TextEnv):
                 "What you carry is not shown in room descriptions.",
                 "Room descriptions end with what you carry.",
             )
+        unknown = sorted(set(difficulty) - {f.name for f in dataclasses.fields(Difficulty)})
+        if unknown:
+            knobs = [f.name for f in dataclasses.fields(Difficulty)]
+            close = difflib.get_close_matches(unknown[0], knobs, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; Rooms takes {knobs}"
+            raise TypeError(f"unknown Rooms argument {unknown[0]!r}{hint}")
         self.difficulty = Difficulty(**difficulty)
         self._task: Task | None = None
 
