@@ -72,8 +72,9 @@ def check_archive(path: Path) -> None:
 
 @contextlib.contextmanager
 def _locked(dest: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``dest`` + ".lock", so two processes never fetch one file at once."""
-    with open(dest.with_name(dest.name + ".lock"), "a") as handle:
+    """Hold an exclusive lock on the hidden ``.<name>.lock`` beside ``dest``, so two processes
+    never fetch one file at once (the lock file stays: removing it would race a waiting process)."""
+    with open(dest.with_name(f".{dest.name}.lock"), "a") as handle:
         if fcntl is not None:
             fcntl.flock(handle, fcntl.LOCK_EX)
         yield

@@ -308,7 +308,7 @@ def test_download_fetches_verifies_and_rejects_non_json(monkeypatch, tmp_path):
     files = {name: (path.as_uri(), None) for name, path in ((p.name, p) for p in source.iterdir())}
     monkeypatch.setattr(sources, "OFFICIAL_FILES", files)
     dest = sources.download(tmp_path / "local")
-    assert sorted(p.name for p in dest.iterdir()) == sorted(files)
+    assert sorted(p.name for p in dest.iterdir() if not p.name.startswith(".")) == sorted(files)
     assert load_catalog(dest).source == "official"
     (source / "broken.json").write_text("<html>quota exceeded</html>")
     monkeypatch.setattr(sources, "OFFICIAL_FILES", {"broken.json": ((source / "broken.json").as_uri(), None)})
