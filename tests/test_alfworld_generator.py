@@ -31,7 +31,7 @@ def generated() -> dict[str, object]:
 def isolated_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """No official data anywhere: a fresh data home, no $ALFWORLD_DATA, an empty ~/.cache."""
     monkeypatch.setenv("HGPO_DATA", str(tmp_path / "hgpo"))
-    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path / "no-alfworld"))
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)  # a set variable must point at data
     monkeypatch.setenv("HOME", str(tmp_path))
     return tmp_path / "hgpo"
 
