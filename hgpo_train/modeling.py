@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
+import socket
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,6 +40,23 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return getattr(torch, name)
 
 
+HUB_PROBE_TIMEOUT = 3.0
+"""Seconds to wait for the Hub before saying it is unreachable (instead of its minute of retries)."""
+
+
+def _hub_unreachable() -> str | None:
+    """Why the Hub (``$HF_ENDPOINT``) cannot be reached now, or None when it answers a connection."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        return "HF_HUB_OFFLINE is set"
+    endpoint = urllib.parse.urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    port = endpoint.port or (443 if endpoint.scheme == "https" else 80)
+    try:
+        socket.create_connection((endpoint.hostname or "", port), timeout=HUB_PROBE_TIMEOUT).close()
+    except OSError as error:
+        return f"{endpoint.geturl()} is unreachable ({error})"
+    return None
+
+
 def _load(loader: Any, name: str, **kwargs: Any) -> Any:
     path = Path(name).expanduser()
     if name.startswith(("/", ".", "~")) or path.exists():  # a path, never a hub name: no hub retries
@@ -44,6 +64,16 @@ def _load(loader: Any, name: str, **kwargs: Any) -> Any:
             raise ModelLoadError(f"model {name!r}: no such path")
         if path.is_dir() and not (path / "config.json").is_file():
             raise ModelLoadError(f"model {name!r}: a folder without a model in it (no config.json)")
+    else:  # a hub name: the local cache first, then the Hub only if it answers
+        with contextlib.suppress(OSError, ValueError):
+            return loader.from_pretrained(name, local_files_only=True, **kwargs)
+        reason = _hub_unreachable()
+        if reason is not None:
+            raise ModelLoadError(
+                f"model {name!r} is not in the local cache and {reason}: pass --model a local folder "
+                "(`python -m hgpo_train.tiny_model --env rooms --out DIR` builds one offline) or set "
+                "model.name_or_path=tiny"
+            )
     try:
         return loader.from_pretrained(name, **kwargs)
     except (OSError, ValueError) as error:

@@ -110,3 +110,31 @@ def test_verl_agent_prompts_stay_encodable_and_bounded():
         prompt, _, _, _, info = env.step(response)
         prompt.encode("utf-8")  # no lone surrogate reaches the prompt
         assert len(info["parsed_action"]) <= MAX_SENT_CHARS and len(prompt) < 20_000
+
+
+def test_a_hub_model_with_no_hub_in_reach_fails_in_seconds(tmp_path):
+    """The Hub is pointed at a closed port on 127.0.0.1, so nothing leaves the machine."""
+    from serve_helpers import free_port
+
+    out = tmp_path / "run"
+    hub = {
+        "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}",
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_HUB_OFFLINE": "",
+    }
+    line = one_line(
+        run(
+            "-m",
+            "hgpo_train",
+            "--env",
+            "rooms",
+            "--model",
+            "no-org/no-model",
+            f"train.output_dir={out}",
+            env=hub,
+        )
+    )
+    assert (
+        "'no-org/no-model' is not in the local cache and http://127.0.0.1" in line and "unreachable" in line
+    )
+    assert not out.exists()

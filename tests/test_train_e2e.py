@@ -216,7 +216,10 @@ def test_rooms_lora_reference_and_resume(tmp_path):
 
 def test_unreachable_model_fails_clearly(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ModelLoadError, match="(?s)cannot load 'no-such-org/no-such-model'.*tiny_model"):
+    with pytest.raises(
+        ModelLoadError,
+        match="'no-such-org/no-such-model' is not in the local cache and HF_HUB_OFFLINE.*tiny_model",
+    ):
         _trainer("rooms", tmp_path, ROOMS + ["model.name_or_path=no-such-org/no-such-model"])
 
 
