@@ -20,7 +20,6 @@ or at ``integrations/openrlhf_agent_func.py``, which reads the env from ``$HGPO_
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -184,10 +183,27 @@ class HGPOAgentExecutor(MultiTurnAgentExecutor):
         # without arguments: bind this executor and the tokenizer (the same for every call).
         if self._turns is None or self._turns.tokenizer is not hf_tokenizer:
             self._turns = ChatTurns(hf_tokenizer)
-        self.agent_instance_cls = functools.partial(HGPOAgentInstance, self, self._turns)
-        return await super().execute(
-            prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, images
-        )
+        made: list[HGPOAgentInstance] = []  # this call's instance (made before its first await)
+
+        def make_instance() -> HGPOAgentInstance:
+            made.append(HGPOAgentInstance(self, self._turns))
+            return made[-1]
+
+        self.agent_instance_cls = make_instance
+        try:
+            return await super().execute(
+                prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine, images
+            )
+        finally:  # an episode OpenRLHF cut for length never saw `done`: its env goes back too
+            for instance in made:
+                if instance.session is not None:
+                    self.return_session(instance.session)
+                    instance.session = None
+
+    def close(self) -> None:
+        """Close the idle envs (all of them once no episode runs)."""
+        while self._idle:
+            self._idle.pop().close()
 
 
 def agent_executor(env_id: str, **kwargs: Any) -> type[HGPOAgentExecutor]:

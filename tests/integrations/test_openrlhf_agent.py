@@ -143,3 +143,35 @@ def test_bad_env_arguments_fail_when_the_executor_class_is_made():
 def test_missing_openrlhf_names_the_extra(monkeypatch):
     message = import_error_without(monkeypatch, "integrations.openrlhf_agent", "openrlhf.utils.agent")
     assert "pip install -e '.[openrlhf-agent]'" in message and "\n" not in message
+
+
+def test_episodes_cut_for_length_give_their_envs_back(tiny_model, monkeypatch):
+    """OpenRLHF stops an episode once its token budget is spent, without a `done` from the env."""
+    import integrations.openrlhf_agent as agent_module
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    executor = agent_executor(ENV_ID, **ENV_KWARGS)()
+    built, closed = [], []
+
+    class CountedSession(agent_module.EnvSession):
+        def __init__(self, *args, **kwargs):
+            built.append(self)
+            super().__init__(*args, **kwargs)
+
+        def close(self):
+            closed.append(self)
+            super().close()
+
+    monkeypatch.setattr(agent_module, "EnvSession", CountedSession)
+
+    async def group(size):
+        engines = [ExpertEngine(tokenizer, task_id=7, invalid_first=100) for _ in range(size)]
+        runs = [executor.execute("", "7", sampling_params(), 600, tokenizer, e) for e in engines]
+        return await asyncio.gather(*runs)
+
+    for _ in range(3):  # 12 samples, 4 at a time, every one cut for length
+        results = asyncio.run(group(4))
+        assert all(r["extra_logs"]["env_steps"] < 30 for r in results)  # cut before the env's own end
+    assert len(built) == 4 and len(executor._idle) == 4  # 4 envs served the 12 samples
+    executor.close()
+    assert not executor._idle and sorted(map(id, closed)) == sorted(map(id, built))
