@@ -14,6 +14,7 @@ from typing import Any
 import gymnasium as gym
 
 import hgpo_env
+from hgpo_env.registration import import_env_module
 
 DOWNLOADABLE = ("alfworld", "webshop")
 
@@ -64,9 +65,7 @@ def parse_env_kwargs(pairs: list[str]) -> dict[str, Any]:
 
 def env_from_args(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     """The env id and its arguments; ``module:Id`` imports ``module`` (which registers ``Id``) first."""
-    if ":" in args.env_id:
-        importlib.import_module(args.env_id.partition(":")[0])
-    return args.env_id.rpartition(":")[2], parse_env_kwargs(args.env_kwargs)
+    return import_env_module(args.env_id), parse_env_kwargs(args.env_kwargs)
 
 
 BAD_ENV = (gym.error.Error, ValueError, TypeError, FileNotFoundError)

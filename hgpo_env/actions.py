@@ -166,6 +166,7 @@ class ParseResponse(gym.Wrapper[str, str, str, str]):
         super().__init__(env)
         parse_response("", response_format)  # validates the format name early
         self.protocol = env_attribute(env, "protocol", "strict")
+        self._family = env_attribute(env, "env_family") if self.protocol == "verl-agent" else None
         if self.protocol == "verl-agent" and response_format != "think_action":
             raise ValueError(
                 "protocol='verl-agent' reads <think> and <action> tags: use response_format='think_action'"
@@ -184,7 +185,7 @@ class ParseResponse(gym.Wrapper[str, str, str, str]):
 
     def parse(self, response: str) -> ParsedResponse:
         if self.protocol == "verl-agent":
-            return project_verl_agent(response, env_attribute(self.env, "env_family"))
+            return project_verl_agent(response, self._family)
         return parse_response(response, self.response_format, **self._options)
 
     def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:

@@ -123,15 +123,14 @@ def _play(
 
 
 def _level_health(steps: list[_Step], level: int) -> LevelHealth:
-    keys = Counter((s.group, s.fingerprints[level]) for s in steps if s.fingerprints[level])
+    shown = [(s.group, s.fingerprints[level], s.fingerprints) for s in steps if s.fingerprints[level]]
+    keys = Counter((group, key) for group, key, _ in shown)
     contexts: dict[tuple[int, int], set[tuple[int, ...]]] = defaultdict(set)
-    for s in steps:
-        if s.fingerprints[level]:
-            contexts[s.group, s.fingerprints[level]].add(s.fingerprints)
+    for group, key, context in shown:
+        contexts[group, key].add(context)
     n = len(steps) or 1
-    shown = [s for s in steps if s.fingerprints[level]]
-    repeated = sum(keys[s.group, s.fingerprints[level]] >= 2 for s in shown)
-    mixed = sum(len(contexts[s.group, s.fingerprints[level]]) >= 2 for s in shown)
+    repeated = sum(keys[group, key] >= 2 for group, key, _ in shown)
+    mixed = sum(len(contexts[group, key]) >= 2 for group, key, _ in shown)
     return LevelHealth(level, len(shown) / n, repeated / n, (len(shown) - repeated) / n, mixed / n)
 
 

@@ -117,6 +117,15 @@ def register_envs() -> None:
             gym.register(id=env_id, entry_point=functools.partial(make_agent_env, class_path))
 
 
+def import_env_module(env_id: str) -> str:
+    """The Gymnasium id of ``env_id``; for ``"module:Id"``, ``module`` is imported first (it
+    registers ``Id``), as ``gymnasium.make`` does. An import failure propagates."""
+    module, _, name = env_id.rpartition(":")
+    if module:
+        importlib.import_module(module)
+    return name
+
+
 def register_text_env(env_id: str, make_env: Callable[..., Any], spec: TextEnvSpec, **defaults: Any) -> None:
     """Register ``env_id`` so that ``gymnasium.make(env_id, ...)`` gives an LLM-ready env.
 

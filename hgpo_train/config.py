@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import importlib
 import itertools
 import types
 import typing
@@ -263,14 +262,14 @@ def check_env_name(name: str) -> None:
         return
     import gymnasium as gym
 
-    import hgpo_env  # noqa: F401  (registers the HGPO-* ids)
+    from hgpo_env.registration import import_env_module
 
-    module, _, env_id = name.rpartition(":")
-    if module:
-        try:
-            importlib.import_module(module)
-        except ImportError as error:
-            raise ConfigError(f"env.name: {name!r}: cannot import {module!r} ({error})") from None
+    try:
+        env_id = import_env_module(name)
+    except ImportError as error:
+        raise ConfigError(
+            f"env.name: {name!r}: cannot import {name.rpartition(':')[0]!r} ({error})"
+        ) from None
     if env_id not in gym.registry:
         close = difflib.get_close_matches(env_id, [*ENV_IDS, *gym.registry], n=3)
         hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""

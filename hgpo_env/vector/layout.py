@@ -14,6 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+def check_positive_int(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
 @dataclass(frozen=True)
 class Layout:
     num_groups: int
@@ -22,9 +27,7 @@ class Layout:
 
     def __post_init__(self) -> None:
         for name in ("num_groups", "group_size", "num_workers"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            check_positive_int(name, getattr(self, name))
         if self.num_workers > self.num_envs:
             raise ValueError(f"num_workers ({self.num_workers}) exceeds the number of envs ({self.num_envs})")
 

@@ -8,7 +8,6 @@ long run alive (a failing env or worker ends its episodes as truncated instead o
 from __future__ import annotations
 
 import enum
-import importlib
 import logging
 import os
 import weakref
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hgpo_env.vector.host import EnvSpec, Reply
-from hgpo_env.vector.layout import Layout
+from hgpo_env.vector.layout import Layout, check_positive_int
 from hgpo_env.vector.results import GroupMismatchError, PoolError, ResetResult, StepResult
 from hgpo_env.vector.workers import Workers
 
@@ -65,13 +64,10 @@ def _check_registered(env_id: str) -> None:
     """Fail here, in one line, for an id no worker could make (``module:Id`` imports ``module``)."""
     import gymnasium as gym
 
-    import hgpo_env  # noqa: F401  (registers the HGPO-* ids)
+    from hgpo_env.registration import import_env_module
 
-    module, _, name = env_id.rpartition(":")
     try:
-        if module:
-            importlib.import_module(module)
-        gym.spec(name)
+        gym.spec(import_env_module(env_id))
     except (ImportError, gym.error.Error) as error:
         raise ValueError(f"cannot make {env_id!r}: {error}") from None
 
@@ -130,8 +126,8 @@ class GroupedEnvPool:
             ("group_size", group_size),
             ("num_workers", num_workers),
         ):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            if value is not None:
+                check_positive_int(name, value)  # before any arithmetic on them
         if isinstance(env_id, str):
             _check_registered(env_id)
         if backend not in BACKENDS:
