@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 import uuid
 from typing import Any
@@ -17,17 +18,27 @@ import gymnasium as gym
 from hgpo_env import make_agent_env
 from hgpo_env.core import TextEnv
 
-COMMANDS = ["tick", "finish", "raise", "hang", "crash"]
+COMMANDS = ["tick", "finish", "raise", "hang", "crash", "exit", "unpicklable"]
 
 
 class ProbeEnv(TextEnv):
     """Counts ticks; "finish" wins, "raise" raises, "hang" sleeps for an hour, "crash" segfaults
-    its process. With ``unique_start`` every instance starts in a state of its own."""
+    its process, "exit" ends it with code 3. With ``unique_start`` every instance starts in a
+    state of its own; while the file ``refuse_if_exists`` exists, no instance can be made."""
 
     env_family = "probe"
     prompt_intro = "A test world that counts."
 
-    def __init__(self, *, unique_start: bool = False, max_steps: int = 5, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        unique_start: bool = False,
+        refuse_if_exists: str | None = None,
+        max_steps: int = 5,
+        **kwargs: Any,
+    ) -> None:
+        if refuse_if_exists and os.path.exists(refuse_if_exists):
+            raise RuntimeError(f"the probe env refuses to start while {refuse_if_exists} exists")
         super().__init__(max_steps=max_steps, **kwargs)
         self.unique_start = unique_start
 
@@ -50,6 +61,8 @@ class ProbeEnv(TextEnv):
             time.sleep(3600)
         if command == "crash":
             os.kill(os.getpid(), signal.SIGSEGV)
+        if command == "exit":
+            os._exit(3)
         self.finished = command == "finish"
         self.count += command == "tick"
         return self._describe()
@@ -70,9 +83,19 @@ class ProbeEnv(TextEnv):
         return self.finished
 
 
+class UnpicklableInfo(gym.Wrapper):
+    """Answers "unpicklable" like "tick", with a lock (which no pickle takes) in its info."""
+
+    def step(self, action: str) -> tuple[Any, ...]:
+        if action != "unpicklable":
+            return self.env.step(action)
+        obs, reward, terminated, truncated, info = self.env.step("tick")
+        return obs, reward, terminated, truncated, {**info, "lock": threading.Lock()}
+
+
 def make_probe(**kwargs: Any) -> gym.Env[str, str]:
     """The probe env as an agent env taking plain commands."""
-    return make_agent_env(ProbeEnv, response_format="plain", **kwargs)
+    return UnpicklableInfo(make_agent_env(ProbeEnv, response_format="plain", **kwargs))
 
 
 if "Probe-v0" not in gym.registry:

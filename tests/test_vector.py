@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -194,12 +195,30 @@ def test_hanging_step_times_out(backend: str) -> None:
         hung, neighbour, other = pool.step({0: "hang", 2: "tick", 1: "tick"})
         assert time.monotonic() - started < 15
         for result in (hung, neighbour):  # env 2 shared the hung worker, which was killed
-            assert result.truncated and "no answer within 2 s" in result.info["env_error"]
+            assert result.truncated and "no answer within 1 s" in result.info["env_error"]
+            assert "during env 0's step" in result.info["env_error"]
         assert not other.truncated and other.info["state_text"] == "Count 1."
         assert pool.num_restarts == 1
         assert pool.step({1: "tick"})[0].info["state_text"] == "Count 2."
         pool.reset()
         assert pool.step({0: "tick"})[0].info["state_text"] == "Count 1."
+
+
+def test_hang_is_found_within_its_own_step_timeout(backend: str) -> None:
+    """One worker hosting 20 envs: the hung env costs its own timeout, not one per env."""
+    with GroupedEnvPool(PROBE, 5, 4, num_workers=1, backend=backend, step_timeout=1.0) as pool:
+        pool.reset()
+        actions = {i: "tick" for i in range(19)} | {19: "hang"}
+        started = time.monotonic()
+        results = pool.step(actions)
+        elapsed = time.monotonic() - started
+        assert elapsed < 5, f"a hung env among 20 took {elapsed:.1f} s to be found"  # was 20 s
+        assert [r.truncated for r in results] == [False] * 19 + [True]
+        assert "during env 19's step" in results[19].info["env_error"]
+        assert [r.info["state_text"] for r in results[:19]] == ["Count 1."] * 19
+        # Their episodes lived in the killed worker: each reports so on its next step.
+        later = pool.step({0: "tick", 5: "tick"})
+        assert all(r.truncated and "worker 0" in r.info["env_error"] for r in later)
 
 
 def test_group_mismatch_is_detected(backend: str) -> None:
@@ -227,7 +246,82 @@ def test_close_leaves_no_process(backend: str) -> None:
         pool.reset()
 
 
+def test_worker_killed_between_episodes_is_restarted_by_reset(backend: str) -> None:
+    with probe_pool(backend) as pool:
+        pool.reset()
+        pool.step({i: "finish" for i in range(4)})  # every episode over: the workers sit idle
+        victim = pool.worker_pids()[1]
+        os.kill(victim, signal.SIGKILL)
+        time.sleep(0.5)
+        results = pool.reset()  # no PoolError: the dead worker is restarted within the call
+        assert len(results) == 4 and pool.running == [0, 1, 2, 3]
+        assert victim not in pool.worker_pids() and -1 not in pool.worker_pids()
+        assert [r.info["state_text"] for r in pool.step({i: "tick" for i in range(4)})] == ["Count 1."] * 4
+
+
+def test_worker_that_cannot_restart_costs_only_its_envs(backend: str, tmp_path: Path) -> None:
+    refuse = tmp_path / "refuse"
+    with probe_pool(backend, 2, 2, refuse_if_exists=str(refuse)) as pool:  # worker 1: envs 1, 3
+        pool.reset()
+        refuse.touch()  # from now on no env can be made, so worker 1's replacement fails
+        os.kill(pool.worker_pids()[1], signal.SIGKILL)
+        results = pool.step({0: "tick", 1: "tick"})
+        assert not results[0].truncated and results[0].info["state_text"] == "Count 1."
+        assert results[1].truncated and "could not be restarted" in results[1].info["env_error"]
+        assert "refuses to start" in results[1].info["env_error"]
+        assert pool.worker_pids()[1] == -1
+        assert pool.running == [0, 2, 3]
+        [kept, lost] = pool.step({2: "tick", 3: "tick"})  # the healthy worker's episodes go on
+        assert kept.info["state_text"] == "Count 1." and not kept.truncated
+        assert lost.truncated and "worker 1" in lost.info["env_error"]
+        assert pool.step({0: "tick"})[0].info["state_text"] == "Count 2."
+        started = time.monotonic()
+        with pytest.raises(PoolError, match=r"worker 1: .*(.|\n)*refuses to start"):
+            pool.reset()  # retried with backoff, then said in one error
+        assert time.monotonic() - started > 5  # 1 + 2 + 4 s of backoff
+        threading.Timer(0.5, refuse.unlink).start()  # the cause goes away during the retries
+        pool.reset()
+        assert -1 not in pool.worker_pids() and pool.running == [0, 1, 2, 3]
+
+
 # --------------------------------------------------------------------- process backend only
+def test_workers_die_with_a_killed_parent_even_inside_a_hung_step() -> None:
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {TESTS_DIR!r})
+        from hgpo_env.vector import GroupedEnvPool
+        if __name__ == "__main__":
+            pool = GroupedEnvPool({PROBE!r}, 1, 2, num_workers=2, step_timeout=600)
+            pool.reset()
+            print("ready", flush=True)
+            pool.step({{0: "hang", 1: "hang"}})
+        """
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], cwd=REPO_DIR, stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout.readline().strip() == "ready"
+        time.sleep(1.0)  # both workers are now inside the hung step
+        children = [p.pid for p in psutil.Process(parent.pid).children(recursive=True)]
+        assert len(children) >= 2  # the workers, and multiprocessing's resource tracker
+    finally:
+        parent.kill()
+        parent.wait(10)
+    assert_gone(children, timeout=5.0)
+
+
+def test_env_error_carries_the_real_cause() -> None:
+    with probe_pool("process") as pool:
+        pool.reset()
+        unpicklable, neighbour = pool.step({0: "unpicklable", 2: "tick"})
+        assert unpicklable.truncated
+        assert "cannot be sent to the pool" in unpicklable.info["env_error"]
+        assert "cannot pickle '_thread.lock' object" in unpicklable.info["env_error"]
+        assert neighbour.info["state_text"] == "Count 1." and pool.num_restarts == 0  # the worker lives on
+        [exited] = pool.step({1: "exit"})
+        assert "exited with code 3 during env 1's step" in exited.info["env_error"]
+
+
 def test_env_factory_and_env_kwargs() -> None:
     with GroupedEnvPool(make_probe, 1, 3, num_workers=2, max_steps=2) as pool:
         pool.reset()

@@ -1,8 +1,9 @@
 """The worker side of a pool: many envs in one process, stepped back to back.
 
 The same class serves the process backend (inside a spawned worker) and the Ray backend (as the
-actor). An exception in one env is caught and reported for that env only, so its neighbours in
-the same worker keep their episodes.
+actor). A batch is answered env by env (a generator), so the pool can put a deadline on each env.
+An exception in one env is caught and reported for that env only, so its neighbours in the same
+worker keep their episodes.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import gymnasium as gym
@@ -47,16 +48,15 @@ class EnvHost:
         """The hosting process, so the pool can report (and tests can kill) it."""
         return os.getpid()
 
-    def reset(self, requests: Sequence[tuple[int, int | None, dict[str, Any] | None]]) -> list[Reply]:
+    def reset(self, requests: Sequence[tuple[int, int | None, dict[str, Any] | None]]) -> Iterator[Reply]:
         """Reset each ``(env_index, seed, options)`` in turn."""
-        return [
-            self._run(index, "reset", self.envs[index].reset, seed=seed, options=options)
-            for index, seed, options in requests
-        ]
+        for index, seed, options in requests:
+            yield self._run(index, "reset", self.envs[index].reset, seed=seed, options=options)
 
-    def step(self, requests: Sequence[tuple[int, str]]) -> list[Reply]:
+    def step(self, requests: Sequence[tuple[int, str]]) -> Iterator[Reply]:
         """Step each ``(env_index, action)`` in turn; rewards become plain floats."""
-        return [self._run(index, "step", self._step, index, action) for index, action in requests]
+        for index, action in requests:
+            yield self._run(index, "step", self._step, index, action)
 
     def close(self) -> None:
         for env in self.envs.values():

@@ -81,9 +81,11 @@ class GroupedEnvPool:
     call gives them back to back, and run in parallel (placement: :mod:`hgpo_env.vector.layout`).
 
     Faults end episodes, not runs: an env that raises in ``step``, or whose worker dies or takes
-    longer than ``step_timeout`` seconds per env step, gives ``truncated=True`` with
+    longer than ``step_timeout`` seconds over one env's step, gives ``truncated=True`` with
     ``info["env_error"]``. A dead or late worker is killed and restarted; the other episodes it
-    hosted report the same on their next step. Every wait has a deadline, so nothing hangs.
+    hosted died with it and report the same on their next step. A worker that cannot be restarted
+    stays down until the next :meth:`reset`, which retries it with backoff (and restarts a worker
+    that died between episodes). Every wait has a deadline, so nothing hangs.
 
     Workers are spawned, so a script that makes a pool needs the ``if __name__ == "__main__":``
     guard. ``num_envs``, ``num_groups``, ``group_size`` and ``num_workers`` are plain attributes;
@@ -231,7 +233,12 @@ class GroupedEnvPool:
             batches[self._layout.worker_of(index)].append((index, seeds[group], group_options[group]))
         self._status = [_Status.IDLE] * self.num_envs
         self._lost.clear()
-        replies = self._run("reset", batches, self.reset_timeout)
+        self._workers.revive()  # a worker that could not be restarted gets its retries now
+        replies, failures = self._run("reset", batches, self.reset_timeout)
+        if failures:  # a worker died (say, between episodes) and was restarted: once more on it
+            self._workers.revive()
+            retried, _ = self._run("reset", {w: batches[w] for w in failures}, self.reset_timeout)
+            replies.update(retried)
         errors = [
             f"{self._name(index)}: {error}" for index, error in replies.items() if isinstance(error, str)
         ]
@@ -294,8 +301,13 @@ class GroupedEnvPool:
                 results[index] = self._failed(index, self._lost.pop(index))
             else:
                 batches[self._layout.worker_of(index)].append((index, action))
-        for index, reply in self._run("step", batches, self.step_timeout).items():
+        replies, failures = self._run("step", batches, self.step_timeout)
+        for index, reply in replies.items():
             results[index] = self._failed(index, reply) if isinstance(reply, str) else self._stepped(reply)
+        for worker, reason in failures.items():  # the rest of its episodes died with it
+            for index in self._layout.hosted(worker):
+                if self._status[index] is _Status.RUNNING:
+                    self._lost.setdefault(index, reason)
         return [results[index] for index, _ in items]
 
     def _stepped(self, reply: Reply) -> StepResult:
@@ -315,29 +327,26 @@ class GroupedEnvPool:
         return StepResult(index, *self._layout.group_of(index), obs, 0.0, False, True, info)
 
     # ----------------------------------------------------------------- running batches
-    def _run(self, method: str, batches: Mapping[int, list[Any]], timeout: float) -> dict[int, Reply | str]:
-        """Each env's reply, or the reason (str) it has none; marks envs lost with a failed worker."""
-        try:
-            by_worker = self._workers.run(method, batches, timeout)
-        except PoolError:  # a worker could not be restarted: no episode can be trusted
-            self._status = [_Status.IDLE] * self.num_envs
-            raise
+    def _run(
+        self, method: str, batches: Mapping[int, list[Any]], timeout: float
+    ) -> tuple[dict[int, Reply | str], dict[int, str]]:
+        """Each env's reply or the reason (str) it has none, and why each failed worker failed."""
         out: dict[int, Reply | str] = {}
-        for worker, replies in by_worker.items():
-            if isinstance(replies, str):
-                reason = f"worker {worker} {replies}; it was restarted and the episodes it hosted were lost"
-                logger.warning("%s", reason)
-                for item in batches[worker]:
-                    out[item[0]] = reason
-                for index in self._layout.hosted(worker):
-                    if self._status[index] is _Status.RUNNING and index not in out:
-                        self._lost[index] = reason
-                continue
+        failures: dict[int, str] = {}
+        for worker, (replies, failure) in self._workers.run(method, batches, timeout).items():
             for reply in replies:
                 if reply.error is not None:
                     logger.warning("%s: %s\n%s", self._name(reply.env_index), reply.error, reply.detail)
                 out[reply.env_index] = reply if reply.error is None else reply.error
-        return out
+            if failure is None:
+                continue
+            down = self._workers.down.get(worker)
+            now = f"it could not be restarted ({down})" if down else "it was restarted"
+            failures[worker] = f"worker {worker} {failure}; {now} and the episodes it hosted were lost"
+            logger.warning("%s", failures[worker])
+            for item in batches[worker][len(replies) :]:
+                out[item[0]] = failures[worker]
+        return out, failures
 
     # ----------------------------------------------------------------- helpers
     def _name(self, index: int) -> str:

@@ -2,32 +2,66 @@
 
 "spawn" rather than "fork": a forked child inherits the parent's threads' locks mid-flight
 (tokenizers, torch, Ray all start threads), which deadlocks at random. Workers ignore Ctrl-C so
-that the parent alone handles it and closes the pool; they exit when their pipe closes, so they
-die with the parent however it ends.
+that the parent alone handles it and closes the pool. They die with the parent however it ends:
+they exit when their pipe closes, and a watchdog thread ends them within a second of the
+parent's death even while an env is stuck in a step.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import threading
 import time
 import traceback
 from collections.abc import Collection, Mapping, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-from hgpo_env.vector.host import EnvHost, EnvSpec
+from hgpo_env.vector.host import EnvHost, EnvSpec, Reply
 from hgpo_env.vector.workers import WorkerFailure, Workers
 
 CLOSE_TIMEOUT = 5.0
 """Seconds a worker gets to close its envs and exit before it is killed."""
+ORPHAN_EXIT_CODE = 70
+"""A worker's exit code when it ends itself because its parent died."""
+
+
+def _exit_with_parent() -> None:
+    """Watch the parent from a daemon thread and end this process the moment it is gone."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        multiprocessing.connection.wait([parent.sentinel])
+        os._exit(ORPHAN_EXIT_CODE)  # no cleanup: the main thread may be stuck inside an env
+
+    threading.Thread(target=watch, name="hgpo-parent-watchdog", daemon=True).start()
+
+
+def _send_reply(conn: Connection, reply: Reply) -> None:
+    """Send one env's answer; one that cannot be pickled becomes that env's error, with the cause."""
+    try:
+        conn.send((True, reply))
+    except (EOFError, OSError):
+        raise
+    except Exception as error:  # noqa: BLE001  -- pickling fails before anything is written
+        what = f"{type(error).__name__}: {error}"
+        conn.send(
+            (True, Reply(reply.env_index, None, f"its result cannot be sent to the pool: {what}", what))
+        )
 
 
 def _serve(conn: Connection, env: EnvSpec, env_kwargs: Mapping[str, Any], env_indices: Sequence[int]) -> None:
-    """A worker's main loop: ``(ok, payload)`` answers ``(method, batch)`` requests until "close"."""
+    """A worker's main loop: ``(ok, payload)`` answers, one per env, to ``(method, batch)``
+    requests until "close"."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    faulthandler.enable()  # a crash inside an env leaves its traceback on stderr
+    _exit_with_parent()
     try:
         host = EnvHost(env, env_kwargs, env_indices)
     except Exception:  # noqa: BLE001  -- reported to the pool, which raises it
@@ -39,7 +73,8 @@ def _serve(conn: Connection, env: EnvSpec, env_kwargs: Mapping[str, Any], env_in
             method, batch = conn.recv()
             if method == "close":
                 break
-            conn.send((True, getattr(host, method)(batch)))
+            for reply in getattr(host, method)(batch):
+                _send_reply(conn, reply)
     except (EOFError, OSError):  # the pool is gone
         pass
     finally:

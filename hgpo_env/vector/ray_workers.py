@@ -4,20 +4,28 @@ Imported only for ``backend="ray"``, so hgpo_env needs no Ray otherwise. The poo
 cluster this process is connected to, or starts a local one (``ray.init()``). Actors take one CPU
 each and are spread over the nodes; ``actor_options`` override that (``num_cpus``, ``resources``,
 ``runtime_env``, ...). Env code must be importable on the nodes (install the package there).
+
+A node that is lost takes only its actors' episodes: their replacements are kept off that node
+(Ray may still list it as alive for a while) and go to a live node with room for them; when no
+node has room, the replacement is not attempted and the error says what is missing.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import ray
-from ray.exceptions import RayError
+from ray._private.state import available_resources_per_node  # no public per-node view; ray is pinned
+from ray.exceptions import ActorUnavailableError, RayError
 
 from hgpo_env.vector.host import EnvHost, EnvSpec
 from hgpo_env.vector.workers import WorkerFailure, Workers
 
 DEFAULT_ACTOR_OPTIONS: dict[str, Any] = {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
+ROOM_WAIT = 3.0
+"""Seconds a replacement waits for room on the live nodes before it is given up."""
 CLOSE_TIMEOUT = 5.0
 """Seconds the actors get to close their envs, and then to be confirmed dead, at close."""
 
@@ -25,6 +33,12 @@ CLOSE_TIMEOUT = 5.0
 def _connect() -> None:
     if not ray.is_initialized():
         ray.init()
+
+
+class _RayEnvHost(EnvHost):
+    def node_id(self) -> str:
+        """The Ray node this actor lives on."""
+        return ray.get_runtime_context().get_node_id()
 
 
 def default_num_workers() -> int:
@@ -44,15 +58,74 @@ class RayWorkers(Workers):
     ) -> None:
         super().__init__(hosted, start_timeout)
         _connect()
-        self._actor_class = ray.remote(EnvHost).options(**{**DEFAULT_ACTOR_OPTIONS, **(actor_options or {})})
+        self._options = {**DEFAULT_ACTOR_OPTIONS, **(actor_options or {})}
+        self._actor_class = ray.remote(_RayEnvHost)
         self._env = env
         self._env_kwargs = dict(env_kwargs)
         self._actors: list[Any] = [None] * len(hosted)
         self._pending: list[Any] = [None] * len(hosted)
+        self._nodes: list[Any] = [None] * len(hosted)  # each actor's node id (an ObjectRef)
+        self._lost_nodes: set[str] = set()
+        self._room: dict[str, dict[str, float]] | None = None  # free resources while replacing
+
+    def _boot(self, workers: Collection[int]) -> None:
+        # Replacements after a node loss are checked against the room left, rather than left
+        # pending until their start timeout; elsewhere Ray (or its autoscaler) places them.
+        self._room = self._free_room() if self._lost_nodes else None
+        try:
+            super()._boot(workers)
+        finally:
+            self._room = None
 
     def _launch(self, worker: int) -> None:
-        actor = self._actor_class.remote(self._env, self._env_kwargs, list(self.hosted[worker]))
+        options = dict(self._options)
+        if self._lost_nodes:
+            options["label_selector"] = {"ray.io/node-id": f"!in({','.join(sorted(self._lost_nodes))})"}
+        if self._room is not None:
+            self._claim_room(worker)
+        actor = self._actor_class.options(**options).remote(
+            self._env, self._env_kwargs, list(self.hosted[worker])
+        )
         self._actors[worker], self._pending[worker] = actor, actor.pid.remote()
+        self._nodes[worker] = actor.node_id.remote()
+
+    def _need(self) -> dict[str, float]:
+        return {"CPU": float(self._options.get("num_cpus", 1)), **self._options.get("resources", {})}
+
+    def _free_room(self) -> dict[str, dict[str, float]]:
+        free = available_resources_per_node()
+        return {node: dict(room) for node, room in free.items() if node not in self._lost_nodes}
+
+    def _claim_room(self, worker: int) -> None:
+        """Take a replacement's resources from the node with the most room, or say what is missing."""
+        need = self._need()
+        deadline = time.monotonic() + ROOM_WAIT
+        while True:  # the resources of actors just killed come back within a moment
+            fits = [
+                n for n, room in self._room.items() if all(room.get(k, 0.0) >= v for k, v in need.items())
+            ]
+            if fits or time.monotonic() > deadline:
+                break
+            time.sleep(0.25)
+            self._room = self._free_room()
+        if not fits:
+            free = {node[:8]: room.get("CPU", 0.0) for node, room in self._room.items()}
+            lost = sorted(node[:8] for node in self._lost_nodes)
+            raise WorkerFailure(
+                f"cannot be replaced: no live Ray node has {need} free (free CPUs by node: {free}; "
+                f"lost nodes: {lost}); add a node or give the pool fewer workers"
+            )
+        node = max(fits, key=lambda n: self._room[n].get("CPU", 0.0))
+        for key, value in need.items():
+            self._room[node][key] -= value
+
+    def _failed(self, worker: int, failure: WorkerFailure) -> None:
+        """An actor that cannot be reached (rather than one whose process died) is on a lost node."""
+        if isinstance(failure.__cause__, ActorUnavailableError) and self._nodes[worker] is not None:
+            try:
+                self._lost_nodes.add(ray.get(self._nodes[worker], timeout=1.0))
+            except RayError:
+                pass
 
     def _stop(self, worker: int) -> None:
         actor = self._actors[worker]
@@ -72,10 +145,14 @@ class RayWorkers(Workers):
         return {by_ref[ref] for ref in ready}
 
     def _receive(self, worker: int) -> Any:
+        pending = self._pending[worker]
         try:
-            return ray.get(self._pending[worker])
+            ref = next(pending) if isinstance(pending, ray.ObjectRefGenerator) else pending
+            return ray.get(ref)
+        except StopIteration:
+            raise WorkerFailure("ended its answers early") from None
         except RayError as error:
-            raise WorkerFailure(f"failed: {error}") from None
+            raise WorkerFailure(f"failed: {error}") from error
 
     def close(self) -> None:
         live = [actor for actor in self._actors if actor is not None]

@@ -48,10 +48,10 @@ class OpenEnvWorkers(ProcessWorkers):
             for worker in range(len(hosted))
         ]
 
-    def _budget(self, timeout: float, batch_size: int) -> float:
+    def _patience(self, timeout: float) -> float:
         """The sessions time out by themselves after ``timeout``; the worker's deadline comes
         later, so a silent server costs its episodes, not the worker and the others it hosts."""
-        return timeout * batch_size + SLACK
+        return timeout + SLACK
 
     def _launch(self, worker: int) -> None:
         self._env = self._factories[worker]
