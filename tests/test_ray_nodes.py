@@ -1,0 +1,155 @@
+"""GroupedEnvPool on a two-node Ray cluster that loses a node mid-step.
+
+The test starts its own Ray nodes on this machine (``ray start --block``, each in its own session
+with its own temp dir, bound to 127.0.0.1) and kills only the processes it started.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+ray = pytest.importorskip("ray")
+
+TESTS_DIR = str(Path(__file__).resolve().parent)
+REPO_DIR = str(Path(__file__).resolve().parents[1])
+if TESTS_DIR not in sys.path:
+    sys.path.insert(0, TESTS_DIR)
+
+from serve_helpers import free_port
+
+from hgpo_env.vector import GroupedEnvPool, PoolError
+
+PROBE = "pool_test_envs:Probe-v0"
+
+
+class RayNode:
+    """One ``ray start --block`` process (and its children), in a session of its own."""
+
+    def __init__(
+        self, tmp: Path, name: str, num_cpus: int, *, head_port: int | None = None, join: str = ""
+    ) -> None:
+        temp_dir = tmp / name
+        temp_dir.mkdir()
+        command = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", "--disable-usage-stats"]
+        command += ["--node-ip-address=127.0.0.1", f"--num-cpus={num_cpus}", f"--temp-dir={temp_dir}"]
+        if head_port is not None:
+            command += ["--head", f"--port={head_port}", "--include-dashboard=false"]
+        else:
+            command += [f"--address={join}"]
+        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+        self.log = tmp / f"{name}.log"
+        with self.log.open("w") as log:
+            self.process = subprocess.Popen(
+                command, start_new_session=True, env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+
+    def pids(self) -> set[int]:
+        try:
+            return {self.process.pid} | {
+                p.pid for p in psutil.Process(self.process.pid).children(recursive=True)
+            }
+        except psutil.NoSuchProcess:
+            return set()
+
+    def kill(self) -> None:
+        """SIGKILL this node's processes (and only them), at once."""
+        for pid in self.pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)  # the session this test made for the node
+        except ProcessLookupError:
+            pass
+        self.process.wait(30)
+
+
+def wait_for_new_node(known: set[str], timeout: float = 60.0) -> str:
+    """The id of a live node not in ``known``, once Ray lists one."""
+    deadline = time.monotonic() + timeout
+    while True:
+        new = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] not in known]
+        if new:
+            return new[0]
+        assert time.monotonic() < deadline, f"the new Ray node did not join: {ray.nodes()}"
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[tuple[list[RayNode], str, Path]]:
+    # A short folder: Ray's unix sockets live under it, and their paths are limited to 107 bytes.
+    tmp = Path(tempfile.mkdtemp(prefix="hgpo-ray-"))
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    nodes = [RayNode(tmp, "head", 3, head_port=port)]
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # the head answers once its GCS is up
+            probe = subprocess.run(
+                [sys.executable, "-m", "ray.scripts.scripts", "status", f"--address={address}"],
+                capture_output=True,
+                check=False,
+            )
+            if probe.returncode == 0:
+                break
+            assert time.monotonic() < deadline, "the Ray head did not start"
+            time.sleep(1)
+        nodes.append(RayNode(tmp, "second", 2, join=address))
+        job = ray.job_config.JobConfig(code_search_path=[TESTS_DIR, REPO_DIR])
+        ray.init(address=address, job_config=job)
+        wait_for_new_node({ray.get_runtime_context().get_node_id()})
+        yield nodes, address, tmp
+    finally:
+        ray.shutdown()
+        for node in nodes:
+            node.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_lost_node_ends_only_its_episodes(cluster: tuple[list[RayNode], str, Path]) -> None:
+    nodes, address, tmp = cluster
+    second = nodes[1]
+    # 4 workers spread over head (3 CPUs) and second (2 CPUs): 2 each, env i on worker i % 4.
+    with GroupedEnvPool(PROBE, 4, 2, num_workers=4, backend="ray", step_timeout=30, reset_timeout=60) as pool:
+        pool.reset()
+        on_second = {w for w, pid in enumerate(pool.worker_pids()) if pid in second.pids()}
+        assert len(on_second) == 2, f"SPREAD placed workers {on_second} on the second node"
+        pool.step({i: "tick" for i in range(8)})
+        second_pids = second.pids()
+
+        second.kill()
+        started = time.monotonic()
+        results = pool.step({i: "tick" for i in range(8)})
+        assert time.monotonic() - started < 30
+        for result in results:
+            if pool.worker_of(result.env_index) in on_second:
+                assert result.truncated and "worker" in result.info["env_error"]
+            else:  # the live node's episodes go on
+                assert not result.truncated and result.info["state_text"] == "Count 2."
+        # The head had room for one replacement; the other is down and says what is missing.
+        assert sum(pid == -1 for pid in pool.worker_pids()) == 1
+        assert not second_pids & set(pool.worker_pids())
+
+        started = time.monotonic()
+        with pytest.raises(PoolError, match=r"no live Ray node has \{'CPU': 1.0\} free"):
+            pool.reset()
+        assert time.monotonic() - started < 60  # not a start timeout per env
+
+        known = {n["NodeID"] for n in ray.nodes()}
+        nodes.append(RayNode(tmp, "third", 1, join=address))  # capacity comes back
+        wait_for_new_node(known)
+        pool.reset()
+        assert -1 not in pool.worker_pids()
+        assert [r.info["state_text"] for r in pool.step({i: "tick" for i in range(8)})] == ["Count 1."] * 8
