@@ -2,18 +2,20 @@
 
 Trains a policy with GRPO, GiGPO or HGPO (``advantage.estimator``) on an HGPO-* env, writing
 the resolved config, metrics (JSONL, TensorBoard), checkpoints and evaluations to
-``train.output_dir``. Re-running the same command resumes from the latest checkpoint.
+``train.output_dir``. Re-running the same command resumes from the latest checkpoint; Ctrl-C or
+SIGTERM stops at once and says where the run can go on from.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 
 try:
-    from hgpo_train.config import ConfigError, describe_options, load_config
+    from hgpo_train.config import Config, ConfigError, describe_options, load_config
     from hgpo_train.tracking import read_metrics
 except ModuleNotFoundError as missing:  # a core-only install: say which extra brings the trainer
     raise SystemExit(
@@ -46,6 +48,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     parser.add_argument(
+        "--allow-config-change",
+        action="store_true",
+        help="resume a run folder whose saved config differs from this one (refused by default)",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start the run folder again: remove its checkpoints, metrics and config first",
+    )
+    parser.add_argument(
         "overrides",
         nargs="*",
         metavar="section.field=value",
@@ -72,22 +84,49 @@ def main(argv: list[str] | None = None) -> int:
         print(config.to_yaml())
         return 0
 
+    signal.signal(signal.SIGTERM, _interrupt)  # a scheduler's stop ends the run like Ctrl-C
+    try:
+        return _train(config, args)
+    except KeyboardInterrupt:
+        print("stopped before training started", file=sys.stderr)
+        return 130
+
+
+def _train(config: Config, args: argparse.Namespace) -> int:
     from hgpo_env.vector import PoolError
+    from hgpo_train.checkpoint import CheckpointError
     from hgpo_train.modeling import ModelLoadError
     from hgpo_train.train import Trainer
 
     try:
-        trainer = Trainer(config)
+        trainer = Trainer(config, allow_config_change=args.allow_config_change, overwrite=args.overwrite)
     except (ConfigError, ModelLoadError, PoolError, OSError, ValueError) as error:
         print(f"error: {type(error).__name__}: {error}", file=sys.stderr)  # bad config, model or data
         return 2
+    if trainer.resumed_from is not None:
+        print(f"resuming from {trainer.resumed_from} (iteration {trainer.start_iteration})", file=sys.stderr)
     try:
         metrics = trainer.fit()
+    except KeyboardInterrupt:
+        last = trainer.last_checkpoint()
+        print(
+            f"stopped at iteration {trainer.completed}; last checkpoint {last.name if last else 'none'}; "
+            "re-run the same command to resume",
+            file=sys.stderr,
+        )
+        return 130
+    except CheckpointError as error:
+        print(f"error: {error.strerror}", file=sys.stderr)
+        return 1
     finally:
         trainer.close()
     print_summary(trainer.logger.path, metrics)
     print(f"run folder: {trainer.run_dir}")
     return 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def print_summary(metrics_path: Path, last: dict[str, float]) -> None:

@@ -2,11 +2,14 @@
 
 A checkpoint folder ``checkpoints/iter_000010`` holds the model (full weights, or only the LoRA
 adapters), the optimizer state, the RNG states, the iteration count and the resolved config.
-Only complete checkpoints ever carry the ``iter_`` name, so the latest one is always loadable.
+Only complete checkpoints ever carry the ``iter_`` name, so the latest one is always loadable;
+what a kill leaves behind (a ``.tmp-*`` folder, one checkpoint over ``keep``) is swept away by
+:func:`tidy_checkpoints` when the run starts again.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import random
 import shutil
@@ -18,6 +21,13 @@ import numpy as np
 import torch
 
 PREFIX = "iter_"
+TMP_PREFIX = ".tmp-"
+LOW_SPACE = 1 << 20
+"""Free bytes under which a failed write is put down to a full disk (torch does not say so)."""
+
+
+class CheckpointError(OSError):
+    """A checkpoint could not be written; the previous one is untouched."""
 
 
 def checkpoint_dir(run_dir: str | Path) -> Path:
@@ -36,7 +46,7 @@ def save_checkpoint(
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"{PREFIX}{iteration:06d}"
-    tmp = Path(tempfile.mkdtemp(dir=root, prefix=".tmp-"))
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=TMP_PREFIX))
     try:
         model.save_pretrained(tmp / "model")
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
@@ -54,12 +64,43 @@ def save_checkpoint(
         if final.exists():  # a re-run of the same iteration after a resume replaces it
             shutil.rmtree(final)
         tmp.replace(final)
+    except (OSError, RuntimeError) as error:
+        full = _disk_full(error, root)
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not full:
+            raise
+        last = latest_checkpoint(run_dir)
+        kept = f"the last good checkpoint, {last.name}, is kept" if last else "there is no earlier checkpoint"
+        raise CheckpointError(
+            errno.ENOSPC, f"no space left on device writing checkpoint {final.name} in {root}; {kept}"
+        ) from error
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    for old in list_checkpoints(run_dir)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+    tidy_checkpoints(run_dir, keep)
     return final
+
+
+def _disk_full(error: BaseException, folder: Path) -> bool:
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    try:  # torch reports a short write as "unexpected pos"; the free space tells why
+        return shutil.disk_usage(folder).free < LOW_SPACE
+    except OSError:
+        return False
+
+
+def tidy_checkpoints(run_dir: str | Path, keep: int) -> list[Path]:
+    """Remove what a killed save left behind (temporary folders, checkpoints over ``keep``);
+    returns what was removed."""
+    root = checkpoint_dir(run_dir)
+    if not root.is_dir():
+        return []
+    removed = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(TMP_PREFIX)]
+    removed += list_checkpoints(run_dir)[:-keep]
+    for path in removed:
+        shutil.rmtree(path, ignore_errors=True)
+    return removed
 
 
 def list_checkpoints(run_dir: str | Path) -> list[Path]:

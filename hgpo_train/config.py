@@ -18,6 +18,7 @@ import difflib
 import itertools
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -237,6 +238,33 @@ class Config:
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+
+RESUMABLE_CHANGES = frozenset(
+    {"train.iterations", "train.output_dir", "train.threads", "train.device", "logging.progress_bar"}
+)
+"""Keys a resumed run may change without asking: they do not change what the iterations compute."""
+
+
+def config_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """``key: old -> new`` for each key whose value differs between two config dicts, apart
+    from :data:`RESUMABLE_CHANGES`."""
+    flat_old, flat_new = _flatten(old), _flatten(new)
+    return [
+        f"{key}: {flat_old.get(key, '(unset)')!r} -> {flat_new.get(key, '(unset)')!r}"
+        for key in sorted(flat_old.keys() | flat_new.keys())
+        if key not in RESUMABLE_CHANGES and flat_old.get(key) != flat_new.get(key)
+    ]
+
+
+def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping) and prefix == "":  # sections only; dict-valued fields stay whole
+            flat.update(_flatten(value, f"{key}."))
+        else:
+            flat[prefix + key] = value
+    return flat
 
 
 ENV_PRESETS: dict[str, dict[str, Any]] = {

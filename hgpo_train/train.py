@@ -7,6 +7,7 @@ iterations a straight run would have done.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import time
 from dataclasses import dataclass
@@ -16,12 +17,18 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+import yaml
 
-from hgpo_env.vector import GroupedEnvPool
+from hgpo_env.vector import GroupedEnvPool, GroupMismatchError, PoolError
 from hgpo_train.advantage import compute_advantages, step_returns
 from hgpo_train.batch import StepBatch
-from hgpo_train.checkpoint import latest_checkpoint, load_training_state, save_checkpoint
-from hgpo_train.config import Config, ConfigError
+from hgpo_train.checkpoint import (
+    latest_checkpoint,
+    load_training_state,
+    save_checkpoint,
+    tidy_checkpoints,
+)
+from hgpo_train.config import Config, ConfigError, config_changes
 from hgpo_train.diagnostics import grouping_diagnostics
 from hgpo_train.eval import Evaluator
 from hgpo_train.generation import end_token_id
@@ -30,6 +37,12 @@ from hgpo_train.policy import build_generator, load_run_policy
 from hgpo_train.rollout import collect_rollouts, count_tasks, make_pool
 from hgpo_train.tracking import MetricsLogger
 from hgpo_train.update import PolicyUpdater
+
+logger = logging.getLogger(__name__)
+ROLLOUT_ATTEMPTS = 3
+"""Tries at an iteration's rollout when the pool raises (a reset it could not heal)."""
+RUN_FOLDER_ITEMS = ("checkpoints", "config.yaml", "metrics.jsonl", "tensorboard", "tiny_model")
+"""What a run writes into its folder: all that ``overwrite=True`` removes."""
 
 
 def iteration_seed(seed: int, iteration: int) -> int:
@@ -60,17 +73,30 @@ class IterationResult:
 
 
 class Trainer:
-    """Owns the model, optimizer, env pool, generator and logs of one run folder."""
+    """Owns the model, optimizer, env pool, generator and logs of one run folder.
 
-    def __init__(self, config: Config) -> None:
+    A run folder with checkpoints is resumed. Its config must match ``config`` but for
+    :data:`~hgpo_train.config.RESUMABLE_CHANGES`, else :class:`ConfigError` lists the changes;
+    ``allow_config_change=True`` resumes anyway, ``overwrite=True`` removes the old run first.
+    """
+
+    def __init__(self, config: Config, *, allow_config_change: bool = False, overwrite: bool = False) -> None:
         self.config = config
         cfg = config.train
         if cfg.threads is not None:
             torch.set_num_threads(cfg.threads)
         self.run_dir = Path(cfg.output_dir)
+        self.allow_config_change = allow_config_change
         self.pool: GroupedEnvPool | None = None
         self.evaluator: Evaluator | None = None
         self.logger: MetricsLogger | None = None
+        self.resumed_from: Path | None = None
+        self.completed = 0
+        """Iterations done so far, resumed ones included."""
+        if overwrite:
+            for name in RUN_FOLDER_ITEMS:
+                path = self.run_dir / name
+                shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
         fresh = not self.run_dir.exists()
         try:
             self._start(config)
@@ -87,12 +113,15 @@ class Trainer:
         except (TypeError, ValueError, gym.error.Error) as error:
             raise ConfigError(f"env {config.env.env_id} (env.kwargs {config.env.kwargs}): {error}") from error
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        tidy_checkpoints(self.run_dir, cfg.keep_checkpoints)  # what a kill during a save left
         checkpoint = latest_checkpoint(self.run_dir)
         if checkpoint is not None and not cfg.resume:
             raise ConfigError(
                 f"{self.run_dir} already has checkpoints and train.resume=false: "
-                "choose another train.output_dir or remove the old run"
+                "choose another train.output_dir, or pass --overwrite to start it again"
             )
+        if checkpoint is not None:
+            self._check_config_unchanged(checkpoint)
         self.device = resolve_device(cfg.device)
         loaded = load_run_policy(config, self.run_dir, self.device, checkpoint)
         self.model, self.tokenizer, self.base_path = loaded.model, loaded.tokenizer, loaded.base_path
@@ -109,6 +138,7 @@ class Trainer:
         self.start_iteration = (
             load_training_state(checkpoint, self.optimizer) if checkpoint is not None else 0
         )
+        self.completed, self.resumed_from = self.start_iteration, checkpoint
         self.generator = build_generator(config, loaded)
         end_id = end_token_id(self.tokenizer)
         self.updater = PolicyUpdater(
@@ -129,22 +159,29 @@ class Trainer:
             self.run_dir, config.logging, start_iteration=self.start_iteration, run_config=config.to_dict()
         )
 
+    def _check_config_unchanged(self, checkpoint: Path) -> None:
+        saved = yaml.safe_load((checkpoint / "config.yaml").read_text())
+        changes = config_changes(saved, self.config.to_dict())
+        if not changes:
+            return
+        if not self.allow_config_change:
+            raise ConfigError(
+                f"{self.run_dir} was trained with a different config ({checkpoint.name}); changed:\n  "
+                + "\n  ".join(changes)
+                + "\nre-run with the old settings, pass --allow-config-change to resume with these, "
+                "or --overwrite to start the run again"
+            )
+        logger.warning("resuming %s with a changed config:\n  %s", self.run_dir, "\n  ".join(changes))
+
     # ----------------------------------------------------------------- one iteration
     def run_iteration(self, iteration: int) -> IterationResult:
         """Collect, estimate advantages and update; ``iteration`` is 0-based."""
         seed = iteration_seed(self.config.train.seed, iteration)
-        torch.manual_seed(seed)
         rng = np.random.default_rng(seed)
         seeds, task_ids = draw_group_tasks(rng, self.config.env.num_groups, self.num_tasks)
 
         start = time.perf_counter()
-        batch = collect_rollouts(
-            self.pool,
-            self.generator,
-            seeds=seeds,
-            task_ids=task_ids,
-            constrained=self.config.generation.constrained,
-        )
+        batch = self._collect(iteration, seed, seeds, task_ids)
         rollout_s = time.perf_counter() - start
 
         start = time.perf_counter()
@@ -180,6 +217,34 @@ class Trainer:
         }
         return IterationResult(batch, advantages, metrics)
 
+    def _collect(self, iteration: int, seed: int, seeds: list[int], task_ids: list[int] | None) -> StepBatch:
+        """The iteration's rollouts; a pool that raises is given the rollout again from the same
+        seed (its reset comes first, so nothing was sampled yet), so resume stays exact."""
+        attempt = 1
+        while True:
+            torch.manual_seed(seed)
+            try:
+                return collect_rollouts(
+                    self.pool,
+                    self.generator,
+                    seeds=seeds,
+                    task_ids=task_ids,
+                    constrained=self.config.generation.constrained,
+                )
+            except GroupMismatchError:  # the env is not deterministic: a retry would not help
+                raise
+            except PoolError as error:
+                if attempt == ROLLOUT_ATTEMPTS:
+                    raise
+                attempt += 1
+                logger.warning(
+                    "iteration %d: the env pool failed (%s); rollout attempt %d of %d",
+                    iteration + 1,
+                    error,
+                    attempt,
+                    ROLLOUT_ATTEMPTS,
+                )
+
     # ----------------------------------------------------------------- the loop
     def fit(self) -> dict[str, float]:
         """Run the remaining iterations; returns the last iteration's metrics.
@@ -203,6 +268,7 @@ class Trainer:
                 self.logger.log(done, metrics)
                 if done == cfg.iterations or (cfg.save_every and done % cfg.save_every == 0):
                     self.save(done)
+                self.completed = done
                 progress.set_postfix(
                     {
                         "success": f"{metrics.get('rollout/success_rate', 0.0):.2f}",
@@ -229,6 +295,10 @@ class Trainer:
             self.config.to_yaml(),
             self.config.train.keep_checkpoints,
         )
+
+    def last_checkpoint(self) -> Path | None:
+        """The newest complete checkpoint in the run folder."""
+        return latest_checkpoint(self.run_dir)
 
     def close(self) -> None:
         for part in (self.pool, self.evaluator, self.logger):

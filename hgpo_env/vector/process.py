@@ -9,15 +9,17 @@ parent's death even while an env is stuck in a step.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import multiprocessing
 import multiprocessing.connection
 import os
+import pickle
 import signal
 import threading
 import time
 import traceback
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -26,6 +28,9 @@ from hgpo_env.vector.workers import WorkerFailure, Workers
 
 CLOSE_TIMEOUT = 5.0
 """Seconds a worker gets to close its envs and exit before it is killed."""
+FLUSH_INTERVAL = 0.05
+"""Seconds a worker may hold finished replies to send them together (one message per env costs
+more than a fast env's step)."""
 ORPHAN_EXIT_CODE = 70
 """A worker's exit code when it ends itself because its parent died."""
 
@@ -43,22 +48,57 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, name="hgpo-parent-watchdog", daemon=True).start()
 
 
-def _send_reply(conn: Connection, reply: Reply) -> None:
-    """Send one env's answer; one that cannot be pickled becomes that env's error, with the cause."""
+def _sendable(reply: Reply) -> Reply:
+    """The reply, or, when it cannot be pickled, that env's error saying so."""
     try:
-        conn.send((True, reply))
+        pickle.dumps(reply)
+    except Exception as error:  # noqa: BLE001  -- any pickling failure is the env's
+        what = f"{type(error).__name__}: {error}"
+        return Reply(reply.env_index, None, f"its result cannot be sent to the pool: {what}", what)
+    return reply
+
+
+def _send_replies(conn: Connection, replies: list[Reply]) -> None:
+    try:
+        conn.send((True, replies))
     except (EOFError, OSError):
         raise
-    except Exception as error:  # noqa: BLE001  -- pickling fails before anything is written
-        what = f"{type(error).__name__}: {error}"
-        conn.send(
-            (True, Reply(reply.env_index, None, f"its result cannot be sent to the pool: {what}", what))
-        )
+    except Exception:  # noqa: BLE001  -- pickling fails before anything is written: find the culprit
+        conn.send((True, [_sendable(reply) for reply in replies]))
+
+
+class _Outbox:
+    """Replies on their way to the pool, sent together: a thread sends what is ready every
+    :data:`FLUSH_INTERVAL` seconds, so replies never wait behind an env that hangs."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.ready: list[Reply] = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self._send_periodically, name="hgpo-reply-sender", daemon=True).start()
+
+    def answer(self, replies: Iterator[Reply]) -> None:
+        for reply in replies:  # each env runs while the next reply is being made
+            with self.lock:
+                self.ready.append(reply)
+        self.flush()
+
+    def flush(self) -> None:
+        with self.lock:
+            if self.ready:
+                _send_replies(self.conn, self.ready)
+                self.ready = []
+
+    def _send_periodically(self) -> None:
+        with contextlib.suppress(EOFError, OSError):  # the pool is gone: the main loop sees it too
+            while True:
+                time.sleep(FLUSH_INTERVAL)
+                self.flush()
 
 
 def _serve(conn: Connection, env: EnvSpec, env_kwargs: Mapping[str, Any], env_indices: Sequence[int]) -> None:
-    """A worker's main loop: ``(ok, payload)`` answers, one per env, to ``(method, batch)``
-    requests until "close"."""
+    """A worker's main loop: ``(ok, replies)`` messages answer ``(method, batch)`` requests env
+    by env (a few envs per message), until "close"."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     faulthandler.enable()  # a crash inside an env leaves its traceback on stderr
     _exit_with_parent()
@@ -68,13 +108,13 @@ def _serve(conn: Connection, env: EnvSpec, env_kwargs: Mapping[str, Any], env_in
         conn.send((False, f"making its envs raised:\n{traceback.format_exc()}"))
         return
     try:
-        conn.send((True, os.getpid()))
+        conn.send((True, [os.getpid()]))
+        outbox = _Outbox(conn)
         while True:
             method, batch = conn.recv()
             if method == "close":
                 break
-            for reply in getattr(host, method)(batch):
-                _send_reply(conn, reply)
+            outbox.answer(getattr(host, method)(batch))
     except (EOFError, OSError):  # the pool is gone
         pass
     finally:
@@ -133,7 +173,7 @@ class ProcessWorkers(Workers):
             by_handle[self._processes[worker].sentinel] = worker
         return {by_handle[handle] for handle in multiprocessing.connection.wait(list(by_handle), timeout)}
 
-    def _receive(self, worker: int) -> Any:
+    def _receive(self, worker: int) -> list[Any]:
         conn = self._conns[worker]
         try:
             if conn.poll():

@@ -144,11 +144,11 @@ class RayWorkers(Workers):
         ready, _ = ray.wait(list(by_ref), num_returns=len(by_ref), timeout=timeout)
         return {by_ref[ref] for ref in ready}
 
-    def _receive(self, worker: int) -> Any:
+    def _receive(self, worker: int) -> list[Any]:
         pending = self._pending[worker]
         try:
             ref = next(pending) if isinstance(pending, ray.ObjectRefGenerator) else pending
-            return ray.get(ref)
+            return [ray.get(ref)]
         except StopIteration:
             raise WorkerFailure("ended its answers early") from None
         except RayError as error:

@@ -2,9 +2,10 @@
 
 This is what the backends share. A backend only knows how to launch, stop, send to and receive
 from one worker; this base class sends every batch before waiting on any (so workers run in
-parallel). A worker answers each env of its batch as soon as that env is done, and each answer
-has ``timeout`` seconds from the previous one, so a hung env is found within ``timeout`` of its
-own command however many envs share its worker. A worker that dies or misses a deadline is
+parallel). A worker answers for the envs of its batch as they finish (the process backend sends
+what finished within 50 ms together), and each answer has ``timeout`` seconds from the previous
+one, so a hung env is found within ``timeout`` of its own command however many envs share its
+worker. A worker that dies or misses a deadline is
 killed and restarted; a worker that cannot be restarted stays down (its envs get no episodes)
 until :meth:`Workers.revive` brings it back.
 """
@@ -65,8 +66,8 @@ class Workers(abc.ABC):
         """Those of ``workers`` with an answer (or a death) to receive now, waiting up to ``timeout`` s."""
 
     @abc.abstractmethod
-    def _receive(self, worker: int) -> Any:
-        """The worker's next answer; raises :class:`WorkerFailure` if it died."""
+    def _receive(self, worker: int) -> list[Any]:
+        """The worker's next answers (one or more); raises :class:`WorkerFailure` if it died."""
 
     @abc.abstractmethod
     def close(self) -> None:
@@ -170,7 +171,7 @@ class Workers(abc.ABC):
             wait = max(0.0, min(deadlines[w] for w in pending) - time.monotonic())
             for worker in self._ready(pending, wait):
                 try:
-                    answers[worker].append(self._receive(worker))
+                    answers[worker].extend(self._receive(worker))
                 except WorkerFailure as failure:
                     self._end(worker, failure, answers, results, pending)
                     continue

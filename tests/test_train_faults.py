@@ -1,0 +1,238 @@
+"""The trainer under faults: a worker killed between rollouts, a pool that raises, Ctrl-C and
+SIGTERM then a re-run, a changed config, leftovers of a killed save, and a full disk. Each run is
+compared with one uninterrupted run of the same config (tiny model, Rooms, CPU)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from hgpo_env.vector import PoolError
+from hgpo_train.__main__ import main
+from hgpo_train.checkpoint import CheckpointError, list_checkpoints, load_training_state, save_checkpoint
+from hgpo_train.config import ConfigError, load_config
+from hgpo_train.tracking import read_metrics
+from hgpo_train.train import Trainer
+
+REPO_DIR = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_train_e2e import ROOMS  # the tiny Rooms config of the end-to-end tests
+
+ITERATIONS = 3
+
+
+def comparable(run_dir: Path) -> list[dict]:
+    """Every logged iteration's metrics but the timings."""
+    return [
+        {k: v for k, v in record.items() if not k.startswith(("time/", "throughput/"))}
+        for record in read_metrics(run_dir / "metrics.jsonl")
+    ]
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """An uninterrupted run, and the overrides that repeat it (its tiny model, built once)."""
+    run_dir = tmp_path_factory.mktemp("straight")
+    trainer = Trainer(
+        load_config(
+            env="rooms", overrides=[*ROOMS, f"train.iterations={ITERATIONS}", f"train.output_dir={run_dir}"]
+        )
+    )
+    try:
+        trainer.fit()
+    finally:
+        trainer.close()
+    overrides = [*ROOMS, f"train.iterations={ITERATIONS}", f"model.name_or_path={run_dir / 'tiny_model'}"]
+    return run_dir, overrides
+
+
+def trainer_for(run_dir: Path, overrides: list[str], **kwargs) -> Trainer:
+    return Trainer(load_config(env="rooms", overrides=[*overrides, f"train.output_dir={run_dir}"]), **kwargs)
+
+
+def test_worker_killed_between_rollouts_and_a_failing_reset_change_nothing(straight, tmp_path, monkeypatch):
+    run_dir, overrides = straight
+    killed = trainer_for(tmp_path / "killed", overrides)
+    try:
+        run_iteration = killed.run_iteration
+
+        def kill_then_run(iteration: int):
+            if iteration == 1:  # the worker dies while idle between two rollouts
+                os.kill(killed.pool.worker_pids()[0], signal.SIGKILL)
+                time.sleep(0.5)
+            return run_iteration(iteration)
+
+        monkeypatch.setattr(killed, "run_iteration", kill_then_run)
+        killed.fit()
+        assert killed.pool.num_restarts == 1
+    finally:
+        killed.close()
+    assert comparable(tmp_path / "killed") == comparable(run_dir)
+
+    # A pool whose reset raises (standing in for a fault the pool could not heal) is retried.
+    flaky = trainer_for(tmp_path / "flaky", overrides)
+    try:
+        reset, calls = flaky.pool.reset, []
+
+        def failing_once(**kwargs):
+            calls.append(1)
+            if len(calls) == 2:
+                raise PoolError("reset failed for 1 env(s)")
+            return reset(**kwargs)
+
+        monkeypatch.setattr(flaky.pool, "reset", failing_once)
+        flaky.fit()
+        assert len(calls) == ITERATIONS + 1
+    finally:
+        flaky.close()
+    assert comparable(tmp_path / "flaky") == comparable(run_dir)
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_stop_prints_one_line_and_a_rerun_resumes_exactly(straight, tmp_path, stop):
+    run_dir, overrides = straight
+    command = [
+        sys.executable,
+        "-m",
+        "hgpo_train",
+        "--env",
+        "rooms",
+        *overrides,
+        f"train.output_dir={tmp_path}",
+    ]
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    process = subprocess.Popen(
+        command, cwd=REPO_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not (tmp_path / "checkpoints" / "iter_000001").is_dir():  # one iteration done and saved
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the first iteration did not finish"
+            time.sleep(0.1)
+        children = [p.pid for p in psutil.Process(process.pid).children(recursive=True)]
+        process.send_signal(stop)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    [line] = [line for line in stderr.splitlines() if line.startswith("stopped")]
+    match = re.fullmatch(
+        r"stopped at iteration (\d); last checkpoint iter_00000(\d); re-run the same command to resume", line
+    )
+    assert match and 1 <= int(match[1]) <= int(match[2]) + 1, line
+    deadline = time.monotonic() + 10
+    while any(psutil.pid_exists(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in children if psutil.pid_exists(pid)], "workers outlived the run"
+
+    rerun = subprocess.run(
+        command, cwd=REPO_DIR, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert rerun.returncode == 0, rerun.stderr
+    assert re.search(r"resuming from \S+iter_00000\d \(iteration \d\)", rerun.stderr)
+    assert comparable(tmp_path) == comparable(run_dir)
+
+
+def test_a_changed_config_is_refused_unless_asked(straight, tmp_path, capsys):
+    run_dir, _ = straight
+    overrides = [*ROOMS, f"train.iterations={ITERATIONS}"]  # as the run was started
+    shutil.copytree(run_dir, tmp_path / "run")
+    run = tmp_path / "run"
+    changed = [*overrides, "advantage.estimator=gigpo", "update.lr=0.002"]
+    with pytest.raises(ConfigError) as refused:
+        trainer_for(run, changed)
+    message = str(refused.value)
+    assert "advantage.estimator: 'hgpo' -> 'gigpo'" in message and "update.lr: 0.001 -> 0.002" in message
+    assert "--allow-config-change" in message and "--overwrite" in message
+    assert "train.iterations" not in message
+
+    argv = ["--env", "rooms", *changed, f"train.output_dir={run}"]
+    assert main(argv) == 2
+    assert "advantage.estimator: 'hgpo' -> 'gigpo'" in capsys.readouterr().err
+
+    longer = trainer_for(run, [*overrides, f"train.iterations={ITERATIONS + 1}"])  # more iterations: fine
+    try:
+        assert longer.start_iteration == ITERATIONS and longer.resumed_from.name == f"iter_00000{ITERATIONS}"
+    finally:
+        longer.close()
+    resumed = trainer_for(run, changed, allow_config_change=True)
+    try:
+        assert resumed.start_iteration == ITERATIONS
+        assert "estimator: gigpo" in (run / "config.yaml").read_text()
+    finally:
+        resumed.close()
+    fresh = trainer_for(run, changed, overwrite=True)
+    try:
+        assert fresh.start_iteration == 0 and fresh.resumed_from is None
+        assert list_checkpoints(run) == [] and not (run / "metrics.jsonl").read_text()
+    finally:
+        fresh.close()
+
+
+def test_a_restart_sweeps_what_a_killed_save_left(straight, tmp_path):
+    run_dir, _ = straight
+    overrides = [*ROOMS, f"train.iterations={ITERATIONS}"]
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    checkpoints = run / "checkpoints"
+    assert [p.name for p in list_checkpoints(run)] == ["iter_000002", "iter_000003"]
+    shutil.copytree(checkpoints / "iter_000002", checkpoints / "iter_000001")  # a kill after the rename
+    (checkpoints / ".tmp-x1y2").mkdir()  # a kill during a write
+    (checkpoints / ".tmp-x1y2" / "optimizer.pt").write_bytes(b"\0" * 1000)
+    trainer = trainer_for(run, overrides)
+    try:
+        assert sorted(p.name for p in checkpoints.iterdir()) == ["iter_000002", "iter_000003"]
+    finally:
+        trainer.close()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A real full disk: a 1 MiB tmpfs (this machine and CI run as root). Where mounting is not
+    allowed the test fails saying why, rather than pass untested."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)], capture_output=True, check=False
+    )
+    if done.returncode != 0:
+        pytest.fail(f"cannot mount a small tmpfs for the full-disk test: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_a_full_disk_says_so_and_keeps_the_last_checkpoint(straight, small_disk):
+    run_dir, _ = straight
+    trainer = trainer_for(run_dir, [*ROOMS, f"train.iterations={ITERATIONS}"])  # a model and an optimizer
+    try:
+        config = trainer.config.to_yaml()
+        first = save_checkpoint(small_disk, 1, trainer.model, trainer.optimizer, config, keep=2)
+        size = sum(f.stat().st_size for f in first.rglob("*") if f.is_file())
+        free = shutil.disk_usage(small_disk).free
+        assert size < free, "the 1 MiB disk must hold one checkpoint for this test"
+        (small_disk / "filler").write_bytes(b"\0" * (free - size // 2))  # room for half a checkpoint
+        with pytest.raises(CheckpointError) as full:
+            save_checkpoint(small_disk, 2, trainer.model, trainer.optimizer, config, keep=2)
+        assert full.value.errno == errno.ENOSPC
+        assert str(full.value.strerror) == (
+            f"no space left on device writing checkpoint iter_000002 in {small_disk / 'checkpoints'}; "
+            "the last good checkpoint, iter_000001, is kept"
+        )
+        assert [p.name for p in (small_disk / "checkpoints").iterdir()] == ["iter_000001"]
+        assert load_training_state(first, trainer.optimizer) == 1  # still loadable
+    finally:
+        trainer.close()
