@@ -92,7 +92,7 @@ class EnvConfig:
     response_format: Literal["think_action", "plain"] = "think_action"
     """``think_action``: <think>...</think><action>...</action>; ``plain``: the response is the command."""
     protocol: Literal["strict", "verl-agent"] = "strict"
-    """Response rules: ``strict`` (ours) or ``verl-agent`` (the papers' ALFWorld and WebShop, README)."""
+    """Response rules: ``strict`` (ours) or ``verl-agent`` (the papers' ALFWorld and WebShop; docs/environments/index.md)."""
     max_steps: int = 50
     """Episode step limit (the paper: ALFWorld 50, WebShop 30)."""
     success_reward: float = 10.0

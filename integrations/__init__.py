@@ -5,7 +5,7 @@ stays light; a missing framework is a one-line error naming the extra to install
 
 - :mod:`integrations.trl`: TRL's ``GRPOTrainer``. Environment level (an env as an
   ``environment_factory``) and step level (:class:`~integrations.trl.HGPOTrainer`).
-- :mod:`integrations.openrlhf_agent`: OpenRLHF's agent API (``--agent_func_path``), environment
+- :mod:`integrations.openrlhf_agent`: OpenRLHF's agent API (``--train.agent_func_path``), environment
   level.
 
 Two levels, kept apart in names and docs. **Environment level**: our env inside the framework's

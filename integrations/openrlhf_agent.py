@@ -1,8 +1,8 @@
-"""HGPO-* environments in OpenRLHF's agent API (``--agent_func_path``, OpenRLHF 0.11), environment level.
+"""HGPO-* environments in OpenRLHF's agent API (``--train.agent_func_path``, OpenRLHF 0.11), environment level.
 
 OpenRLHF's ``MultiTurnAgentExecutor`` plays one episode per sample as a growing token sequence:
 prompt, response, environment feedback, response, ... and trains on it as one trajectory with
-its own estimator (``--advantage_estimator group_norm`` is GRPO over ``--n_samples_per_prompt``
+its own estimator (``--algo.advantage.estimator group_norm`` is GRPO over ``--rollout.n_samples_per_prompt``
 samples). This module supplies the agent: each sample's label names a task, the env's turns are
 written in the model's chat template, and the episode's env reward (minus a penalty per invalid
 step) is the sample's reward. For step-level HGPO on OpenRLHF use this project's own backend
@@ -55,10 +55,10 @@ def parse_label(label: Any) -> tuple[int | None, int | None]:
 
 
 def write_tasks(path: str | Path, task_ids: Iterable[int]) -> Path:
-    """A JSONL prompt dataset for OpenRLHF, one row per task: ``--input_key prompt --label_key label``.
+    """A JSONL prompt dataset for OpenRLHF, one row per task: ``--data.input_key prompt --data.label_key label``.
 
     The prompt is empty (the agent writes the first turn from the env); the label names the task,
-    so the ``--n_samples_per_prompt`` samples of a row play the same task.
+    so the ``--rollout.n_samples_per_prompt`` samples of a row play the same task.
     """
     path = Path(path)
     with path.open("w") as out:
@@ -207,7 +207,7 @@ class HGPOAgentExecutor(MultiTurnAgentExecutor):
 
 
 def agent_executor(env_id: str, **kwargs: Any) -> type[HGPOAgentExecutor]:
-    """The ``AgentExecutor`` class an ``--agent_func_path`` file must define (OpenRLHF makes it
+    """The ``AgentExecutor`` class an ``--train.agent_func_path`` file must define (OpenRLHF makes it
     without arguments); ``kwargs`` go to :class:`HGPOAgentExecutor`. Bad env arguments fail here."""
     EnvSession(env_id, **kwargs).close()
 

@@ -1,4 +1,4 @@
-"""An ``--agent_func_path`` file for OpenRLHF that needs no code: the env comes from the environment.
+"""An ``--train.agent_func_path`` file for OpenRLHF that needs no code: the env comes from the environment.
 
     HGPO_ENV_ID=HGPO-ALFWorld-v0 HGPO_ENV_KWARGS='{"max_steps": 50}' \
         python -m openrlhf.cli.train_ppo_ray ... --train.agent_func_path integrations/openrlhf_agent_func.py

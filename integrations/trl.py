@@ -1,6 +1,6 @@
 """HGPO-* environments and step-level HGPO in TRL's ``GRPOTrainer`` (TRL 1.16).
 
-Two levels (see the README, "Integrations"):
+Two levels (see docs/integrations/index.md):
 
 - **Environment level**: :func:`environment_factory` makes an env usable as ``GRPOTrainer``'s
   ``environment_factory``. The model plays a whole episode inside one completion by calling the
@@ -88,7 +88,7 @@ class HGPOToolEnvironment:
 
     def reset(self, **row: Any) -> str:
         task_id, seed = _task_of(row)
-        return self.session.reset(task_id=task_id, seed=seed)
+        return _separator(row.get("prompt")) + self.session.reset(task_id=task_id, seed=seed)
 
     def act(self, command: str) -> str:
         """Take one action in the environment.
@@ -107,6 +107,14 @@ class HGPOToolEnvironment:
     def get_reward(self) -> float:
         """The episode's env reward minus the invalid-step penalty."""
         return self.session.episode_return
+
+
+def _separator(prompt: Any) -> str:
+    """A blank line when the row's prompt ends in text: TRL appends the env's first observation
+    to the prompt's last message as it is."""
+    if isinstance(prompt, list) and prompt and isinstance(prompt[-1], dict):
+        prompt = prompt[-1].get("content")
+    return "\n\n" if isinstance(prompt, str) and prompt and not prompt[-1].isspace() else ""
 
 
 def environment_factory(env_id: str, **env_kwargs: Any) -> Callable[[], HGPOToolEnvironment]:
@@ -158,8 +166,10 @@ class HGPOTrainer(GRPOTrainer):
     memory, and prefer a token-normalised ``loss_type`` ("dapo", TRL's default, or "bnpo"),
     which the padding copies do not dilute.
 
+    ``model``, ``args``, ``train_dataset``, ``processing_class`` and the other ``GRPOTrainer``
+    arguments keep their meaning.
+
     Args:
-        model, args, train_dataset, processing_class, ...: as ``GRPOTrainer``.
         env_id: a registered HGPO-* id.
         env_kwargs: passed to ``gymnasium.make`` in every env (``history_length``,
             ``response_format``, ``max_steps``, env options).

@@ -33,7 +33,11 @@ try:
     import torch
     from verl.trainer.ppo.core_algos import ADV_ESTIMATOR_REGISTRY, register_adv_est
 except ImportError as error:
-    raise missing_framework("verl", error) from error
+    raise missing_framework(
+        "verl",
+        error,
+        " in an environment of its own (verl pins transformers < 5.11; bash scripts/test_verl.sh makes .venv-verl)",
+    ) from error
 
 STEP_FIELDS = {
     "episode": "traj_uid",

@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def markdown(table: dict) -> str:
-    """The table as the README shows it: intervals in brackets, differences against GiGPO."""
+    """The table as the docs show it: intervals in brackets, differences against GiGPO."""
 
     def cell(stat: dict | None, signed: bool = False) -> str:
         if stat is None:

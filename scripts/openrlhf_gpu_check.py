@@ -78,7 +78,7 @@ def preflight(gpus: int) -> int:
     for name, version in versions.items():
         print(f"  {name:13s} {version}")
     if any(v.startswith("MISSING") for v in versions.values()):
-        sys.exit("preflight: install the GPU stack first (README, 'Multi-GPU training with OpenRLHF')")
+        sys.exit("preflight: install the GPU stack first (docs/training/openrlhf.md)")
     import torch
 
     visible = torch.cuda.device_count()

@@ -261,9 +261,9 @@ def test_check_cli_exit_codes():
     )
 
 
-def test_the_readme_example_runs_as_written():
-    text = (HERE.parent / "README.md").read_text()
-    section = text[text.index("### Bring your own environment") :]
+def test_the_docs_example_runs_as_written():
+    text = (HERE.parent / "docs" / "environments" / "bring-your-own.md").read_text()
+    section = text
     code = section[section.index("```python\n") + len("```python\n") : section.index("\n```\n")]
     assert len(code.strip().splitlines()) <= 30
     out = subprocess.run(

@@ -3,7 +3,7 @@
 ``vllm`` and ``flash_attn`` have CUDA-only wheels; as OpenRLHF's own CPU tests do, they are put
 in ``sys.modules`` as ``MagicMock`` modules (:mod:`hgpo_train.openrlhf.stubs`) so that OpenRLHF's
 real classes (``Experience``, ``RemoteExperienceMaker``, its CLI parser) import and run here.
-Skipped where openrlhf itself is not installed (see the README's OpenRLHF section).
+Skipped where openrlhf itself is not installed (see docs/training/openrlhf.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The papers' environment protocol (``protocol="verl-agent"``), one test per rule.
 
 Expected commands and verdicts are written from the rules (verl-agent's ``projection.py`` and env
-managers, as the README's protocol table states them), not from this code's output. ALFWorld runs
+managers, as the protocol table in docs/environments/index.md states them), not from this code's output. ALFWorld runs
 its real engine on the shared valid_seen games, WebShop the shared 1000-product catalog.
 """
 

@@ -233,21 +233,6 @@ def test_the_pool_over_two_servers_survives_losing_one():
             assert not any("env_error" in r.info for r in pool.step({i: "look" for i in pool.running}))
 
 
-def test_the_readme_client_example_runs(rooms_server):
-    from pathlib import Path
-
-    text = (Path(__file__).parents[1] / "README.md").read_text()
-    section = text[text.index("## Serving environments over the network") :]
-    code = section[
-        section.index("```python\n") + len("```python\n") : section.index(
-            "\n```\n", section.index("```python")
-        )
-    ]
-    scope: dict = {}
-    exec(code.replace("http://127.0.0.1:8000", rooms_server), scope)  # noqa: S102  -- the README's own snippet
-    assert len(scope["fingerprints"]) == 3 and scope["fingerprints"][0] != 0
-
-
 def test_task_api_splits_and_a_reset_by_split_and_index(rooms_server):
     import urllib.error
     import urllib.request

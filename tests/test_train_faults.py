@@ -212,7 +212,7 @@ def small_disk(tmp_path: Path):
     try:
         yield mount
     finally:
-        subprocess.run(["umount", str(mount)], check=False)
+        subprocess.run(["umount", "--lazy", str(mount)], check=True)
 
 
 def test_a_full_disk_says_so_and_keeps_the_last_checkpoint(straight, small_disk):

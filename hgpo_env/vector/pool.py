@@ -95,15 +95,16 @@ class GroupedEnvPool:
         env_id: a registered Gymnasium id (e.g. ``"HGPO-Rooms-v0"``; ``"module:Id"`` imports
             ``module`` in each worker first), or a picklable callable taking ``env_kwargs`` and
             returning an env.
-        num_groups, group_size: the pool holds ``num_groups * group_size`` envs.
+        num_groups: task groups; the pool holds ``num_groups * group_size`` envs.
+        group_size: envs per group (the rollouts that share a task).
         num_workers: worker processes (Ray actors); default one per CPU, at most one per env.
         seed: seeds the per-group seeds that :meth:`reset` draws when given none.
         backend: ``"process"`` (spawned local processes), ``"ray"`` (Ray actors), or
             ``"openenv"`` (local processes whose envs are sessions on the env servers ``servers``,
             :mod:`hgpo_env.vector.remote`).
         servers: base URLs of ``python -m hgpo_env serve`` servers (``backend="openenv"`` only).
-        step_timeout, reset_timeout: seconds one env may take per step, and per reset or
-            creation; a worker gets this much per env in its batch.
+        step_timeout: seconds one env may take over a step before its worker is killed.
+        reset_timeout: seconds one env may take over a reset, or to be made.
         ray_actor_options: overrides for ``ray.remote`` (``backend="ray"`` only).
         env_kwargs: passed to ``gymnasium.make`` (or the callable) in every worker.
     """

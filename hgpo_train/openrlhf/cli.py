@@ -173,7 +173,7 @@ def train(config: Config, cluster: OpenRLHFConfig, paths: dict[str, str], traine
     if absent:
         raise ConfigError(
             f"the openrlhf backend needs {', '.join(absent)} on this machine (GPU wheels); "
-            "see the README's OpenRLHF section, or use --dry-run to check a config"
+            "see docs/training/openrlhf.md, or use --dry-run to check a config"
         )
     import ray
 

@@ -227,6 +227,16 @@ def test_tool_environment_plays_the_rows_task_and_scores_it():
         b.reset(prompt=[])
 
 
+def test_first_observation_is_set_apart_from_the_rows_prompt():
+    """TRL appends reset()'s text to the prompt's last message as it is."""
+    env = environment_factory(ENV_ID, max_steps=30, **ROOMS)()
+    plain = env.reset(prompt=[], task_id=5)
+    assert not plain.startswith("\n")
+    assert env.reset(prompt=[{"role": "user", "content": "Solve it."}], task_id=5) == "\n\n" + plain
+    assert env.reset(prompt=[{"role": "user", "content": "Solve it.\n"}], task_id=5) == plain
+    assert env.reset(prompt="Solve it.", task_id=5) == "\n\n" + plain
+
+
 def train_one_step_on_tasks(tiny_model, tmp_path, factory, tasks=(2, 9)) -> GRPOTrainer:
     """GRPOTrainer with ``factory`` for one optimizer step; checks every rollout played its row's
     task (both completions of the prompt the same) and that its reward reached TRL's logs."""

@@ -149,4 +149,5 @@ def test_clear_errors(rollout, monkeypatch):
 
 def test_missing_verl_names_the_extra(monkeypatch):
     message = import_error_without(monkeypatch, "integrations.verl", "verl.trainer.ppo.core_algos")
-    assert "pip install -e '.[verl]'" in message
+    assert "pip install -e '.[verl]' in an environment of its own" in message
+    assert "scripts/test_verl.sh" in message
