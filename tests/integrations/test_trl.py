@@ -10,7 +10,9 @@ env plays its row's task and its reward reaches TRL. Nothing is mocked.
 from __future__ import annotations
 
 import importlib.resources
+import re
 from collections import Counter, defaultdict
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -281,3 +283,58 @@ def test_environment_factory_over_an_openenv_server(tiny_model, tmp_path):
 def test_missing_trl_names_the_extra(monkeypatch):
     message = import_error_without(monkeypatch, "integrations.trl", "trl")
     assert "pip install -e '.[trl]'" in message and "\n" not in message
+
+
+# ------------------------------------------------------------------------- the docs' examples
+DOCS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "integrations" / "trl.md"
+TINY_RUN = 'max_steps=1, use_cpu=True, report_to="none", save_strategy="no", per_device_train_batch_size=2'
+DOCS_SUBSTITUTIONS = {
+    1: [  # step level
+        ('model="Qwen/Qwen2.5-1.5B-Instruct"', "model=TINY_MODEL"),
+        (
+            'output_dir="runs/trl-hgpo-alfworld"',
+            "output_dir=OUTPUT_DIR, max_steps=1, use_cpu=True, report_to='none'",
+        ),
+        ("num_generations=8", "num_generations=2"),
+        ("per_device_train_batch_size=8", "per_device_train_batch_size=2"),
+        ("gradient_accumulation_steps=16", "gradient_accumulation_steps=1"),
+        ("max_completion_length=512", "max_completion_length=8"),
+        ("range(3553)", "range(2)"),
+        ('"HGPO-ALFWorld-v0"', '"HGPO-Rooms-v0"'),
+        ('"max_steps": 50', '"max_steps": 4'),
+    ],
+    2: [  # environment level
+        ('model="Qwen/Qwen3-1.7B"', "model=TINY_MODEL, processing_class=TOOL_TOKENIZER"),
+        (
+            'output_dir="runs/trl-env-alfworld"',
+            f"output_dir=OUTPUT_DIR, {TINY_RUN}, gradient_accumulation_steps=1",
+        ),
+        ("num_generations=8", "num_generations=2"),
+        ("max_completion_length=4096", "max_completion_length=8"),
+        ("range(3553)", "range(2)"),
+        ('"HGPO-ALFWorld-v0"', '"HGPO-Rooms-v0"'),
+        ("max_steps=50", "max_steps=4"),
+    ],
+}
+"""What the docs' examples name that this machine cannot run (a hub model, ALFWorld's data, a
+GPU's batch sizes), replaced by a tiny local model, Rooms and a single optimizer step."""
+
+
+@pytest.mark.parametrize("number", sorted(DOCS_SUBSTITUTIONS))
+def test_the_docs_examples_train(number, tiny_model, tmp_path):
+    code = re.findall(r"^```python\n(.*?)^```", DOCS_PAGE.read_text(), re.DOTALL | re.MULTILINE)[number - 1]
+    for old, new in DOCS_SUBSTITUTIONS[number]:
+        assert old in code, f"the docs' example {number} no longer says {old!r}"
+        code = code.replace(old, new)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    tokenizer.chat_template = (
+        importlib.resources.files("trl") / "chat_templates" / "qwen2_5.jinja"
+    ).read_text()
+    scope = {
+        "__name__": "__main__",
+        "TINY_MODEL": tiny_model,
+        "TOOL_TOKENIZER": tokenizer,
+        "OUTPUT_DIR": str(tmp_path),
+    }
+    exec(code, scope)  # noqa: S102  -- the documentation's own example
+    assert scope["trainer"].state.global_step == 1

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import pickle
 import random
+import re
 import uuid
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -107,6 +109,23 @@ def test_verls_compute_advantage_runs_the_registered_estimator(rollout, estimato
         data.batch["advantages"].numpy(), (want[:, None] * mask.numpy()), rtol=1e-5, atol=1e-6
     )
     assert torch.equal(data.batch["returns"], data.batch["advantages"])
+
+
+def test_the_docs_estimator_lines_run(rollout):
+    """docs/integrations/verl.md's lines, run on a batch of real steps, then verl's compute_advantage."""
+    page = Path(__file__).resolve().parents[2] / "docs" / "integrations" / "verl.md"
+    code = re.findall(r"^```python\n(.*?)^```", page.read_text(), re.DOTALL | re.MULTILINE)[0]
+    scope = {"batch": batch(rollout)}
+    exec(code, scope)  # noqa: S102  -- the documentation's own lines
+    config = AdvantageConfig(gamma=0.95, mode="mean_norm")  # as the docs register it
+    data = compute_advantage(scope["batch"], "hgpo", config=AlgoConfig(adv_estimator="hgpo"))
+    want = expected(rollout, config)
+    np.testing.assert_allclose(
+        data.batch["advantages"].numpy(),
+        want[:, None] * data.batch["response_mask"].numpy(),
+        rtol=1e-5,
+        atol=1e-6,
+    )
 
 
 def test_step_advantages_for_trainers_without_the_registry(rollout):
