@@ -9,6 +9,7 @@ SIGTERM stops at once and says where the run can go on from.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import signal
 import sys
@@ -115,8 +116,11 @@ def _train(config: Config, args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 130
-    except CheckpointError as error:
-        print(f"error: {error.strerror}", file=sys.stderr)
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = "" if isinstance(error, CheckpointError) else f" writing to {trainer.run_dir}"
+        print(f"error: {error.strerror}{where}", file=sys.stderr)  # a full disk: no traceback
         return 1
     finally:
         trainer.close()

@@ -236,3 +236,26 @@ def test_a_full_disk_says_so_and_keeps_the_last_checkpoint(straight, small_disk)
         assert load_training_state(first, trainer.optimizer) == 1  # still loadable
     finally:
         trainer.close()
+
+
+def test_a_full_disk_ends_the_command_with_one_line(straight, small_disk, capsys):
+    run_dir, overrides = straight
+    checkpoint = sum(
+        f.stat().st_size for f in (run_dir / "checkpoints" / "iter_000003").rglob("*") if f.is_file()
+    )
+    free = shutil.disk_usage(small_disk).free
+    (small_disk / "filler").write_bytes(b"\0" * (free - checkpoint * 3 // 2))  # room for one checkpoint
+    argv = [
+        "--env",
+        "rooms",
+        *overrides,
+        f"train.output_dir={small_disk / 'run'}",
+        "logging.tensorboard=false",
+    ]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    [line] = [line for line in err.splitlines() if line.startswith("error:")]
+    assert line.startswith("error: no space left on device writing checkpoint iter_000002")
+    assert line.endswith("the last good checkpoint, iter_000001, is kept")
+    assert not [p for p in (small_disk / "run" / "checkpoints").iterdir() if p.name.startswith(".tmp-")]
