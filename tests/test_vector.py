@@ -284,6 +284,25 @@ def test_worker_that_cannot_restart_costs_only_its_envs(backend: str, tmp_path: 
         assert -1 not in pool.worker_pids() and pool.running == [0, 1, 2, 3]
 
 
+def test_a_node_unreachable_for_a_moment_is_trusted_again(ray_cluster, monkeypatch) -> None:
+    """White-box: the only node, marked lost as an ActorUnavailableError would mark it, takes no
+    replacement; once Ray has listed it alive for the grace period, it takes them again."""
+    import ray
+
+    from hgpo_env.vector import ray_workers
+
+    monkeypatch.setattr(ray_workers, "ROOM_WAIT", 0.1)
+    with probe_pool("ray") as pool:
+        pool.reset()
+        pool._workers._lost_nodes[ray.get_runtime_context().get_node_id()] = time.monotonic()
+        os.kill(pool.worker_pids()[1], signal.SIGKILL)  # a dead process, not a lost node
+        lost = pool.step({0: "tick", 1: "tick"})[1]
+        assert "no live Ray node has {'CPU': 1.0} free" in lost.info["env_error"]
+        monkeypatch.setattr(ray_workers, "LOST_NODE_GRACE", 0.0)
+        pool.reset()
+        assert -1 not in pool.worker_pids() and pool.running == [0, 1, 2, 3]
+
+
 # --------------------------------------------------------------------- process backend only
 def test_workers_die_with_a_killed_parent_even_inside_a_hung_step() -> None:
     script = textwrap.dedent(

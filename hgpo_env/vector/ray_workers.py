@@ -7,7 +7,9 @@ each and are spread over the nodes; ``actor_options`` override that (``num_cpus`
 
 A node that is lost takes only its actors' episodes: their replacements are kept off that node
 (Ray may still list it as alive for a while) and go to a live node with room for them; when no
-node has room, the replacement is not attempted and the error says what is missing.
+node has room, the replacement is not attempted and the error says what is missing. A node Ray
+still lists as alive :data:`LOST_NODE_GRACE` seconds later was only unreachable for a moment,
+and is used again.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from hgpo_env.vector.host import EnvHost, EnvSpec
 from hgpo_env.vector.workers import WorkerFailure, Workers
 
 DEFAULT_ACTOR_OPTIONS: dict[str, Any] = {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
+LOST_NODE_GRACE = 30.0
+"""Seconds after which a lost node that Ray still lists as alive is trusted again (Ray declares
+a dead node dead within about 15 s)."""
 ROOM_WAIT = 3.0
 """Seconds a replacement waits for room on the live nodes before it is given up."""
 CLOSE_TIMEOUT = 5.0
@@ -65,12 +70,13 @@ class RayWorkers(Workers):
         self._actors: list[Any] = [None] * len(hosted)
         self._pending: list[Any] = [None] * len(hosted)
         self._nodes: list[Any] = [None] * len(hosted)  # each actor's node id (an ObjectRef)
-        self._lost_nodes: set[str] = set()
+        self._lost_nodes: dict[str, float] = {}  # node id -> when it was lost
         self._room: dict[str, dict[str, float]] | None = None  # free resources while replacing
 
     def _boot(self, workers: Collection[int]) -> None:
         # Replacements after a node loss are checked against the room left, rather than left
         # pending until their start timeout; elsewhere Ray (or its autoscaler) places them.
+        self._forgive_nodes()
         self._room = self._free_room() if self._lost_nodes else None
         try:
             super()._boot(workers)
@@ -88,6 +94,15 @@ class RayWorkers(Workers):
         )
         self._actors[worker], self._pending[worker] = actor, actor.pid.remote()
         self._nodes[worker] = actor.node_id.remote()
+
+    def _forgive_nodes(self) -> None:
+        if not self._lost_nodes:
+            return
+        alive = {node["NodeID"] for node in ray.nodes() if node["Alive"]}
+        now = time.monotonic()
+        for node, lost in list(self._lost_nodes.items()):
+            if node in alive and now - lost > LOST_NODE_GRACE:
+                del self._lost_nodes[node]
 
     def _need(self) -> dict[str, float]:
         return {"CPU": float(self._options.get("num_cpus", 1)), **self._options.get("resources", {})}
@@ -123,7 +138,7 @@ class RayWorkers(Workers):
         """An actor that cannot be reached (rather than one whose process died) is on a lost node."""
         if isinstance(failure.__cause__, ActorUnavailableError) and self._nodes[worker] is not None:
             try:
-                self._lost_nodes.add(ray.get(self._nodes[worker], timeout=1.0))
+                self._lost_nodes.setdefault(ray.get(self._nodes[worker], timeout=1.0), time.monotonic())
             except RayError:
                 pass
 
