@@ -257,6 +257,20 @@ def config_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     ]
 
 
+def check_resumed_config(saved: Path, config: Config, *, allow: bool) -> list[str]:
+    """The changes from the config a run folder was trained with (``saved``, its config.yaml) to
+    ``config``; raises :class:`ConfigError` listing them unless ``allow``."""
+    changes = config_changes(yaml.safe_load(saved.read_text()), config.to_dict())
+    if changes and not allow:
+        raise ConfigError(
+            f"{config.train.output_dir} was trained with a different config; changed:\n  "
+            + "\n  ".join(changes)
+            + "\nre-run with the old settings, pass --allow-config-change to resume with these, "
+            "or --overwrite to start the run again"
+        )
+    return changes
+
+
 def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for key, value in tree.items():

@@ -17,7 +17,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-import yaml
 
 from hgpo_env.vector import GroupedEnvPool, GroupMismatchError, PoolError
 from hgpo_train.advantage import compute_advantages, step_returns
@@ -28,7 +27,7 @@ from hgpo_train.checkpoint import (
     save_checkpoint,
     tidy_checkpoints,
 )
-from hgpo_train.config import Config, ConfigError, config_changes
+from hgpo_train.config import Config, ConfigError, check_resumed_config
 from hgpo_train.diagnostics import grouping_diagnostics
 from hgpo_train.eval import Evaluator
 from hgpo_train.generation import end_token_id
@@ -121,7 +120,9 @@ class Trainer:
                 "choose another train.output_dir, or pass --overwrite to start it again"
             )
         if checkpoint is not None:
-            self._check_config_unchanged(checkpoint)
+            changes = check_resumed_config(checkpoint / "config.yaml", config, allow=self.allow_config_change)
+            if changes:
+                logger.warning("resuming %s with a changed config:\n  %s", self.run_dir, "\n  ".join(changes))
         self.device = resolve_device(cfg.device)
         loaded = load_run_policy(config, self.run_dir, self.device, checkpoint)
         self.model, self.tokenizer, self.base_path = loaded.model, loaded.tokenizer, loaded.base_path
@@ -158,20 +159,6 @@ class Trainer:
         self.logger = MetricsLogger(
             self.run_dir, config.logging, start_iteration=self.start_iteration, run_config=config.to_dict()
         )
-
-    def _check_config_unchanged(self, checkpoint: Path) -> None:
-        saved = yaml.safe_load((checkpoint / "config.yaml").read_text())
-        changes = config_changes(saved, self.config.to_dict())
-        if not changes:
-            return
-        if not self.allow_config_change:
-            raise ConfigError(
-                f"{self.run_dir} was trained with a different config ({checkpoint.name}); changed:\n  "
-                + "\n  ".join(changes)
-                + "\nre-run with the old settings, pass --allow-config-change to resume with these, "
-                "or --overwrite to start the run again"
-            )
-        logger.warning("resuming %s with a changed config:\n  %s", self.run_dir, "\n  ".join(changes))
 
     # ----------------------------------------------------------------- one iteration
     def run_iteration(self, iteration: int) -> IterationResult:

@@ -313,3 +313,22 @@ def test_status_metrics_use_project_names() -> None:
 
 def test_experience_class_is_openrlhf_own() -> None:
     assert RemoteExperienceMaker in StepAdvantageMaker.__mro__
+
+
+def test_a_resumed_run_with_another_config_is_refused(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before any GPU is needed: the run folder's saved config against this command's."""
+    from hgpo_train.openrlhf.cli import main
+
+    run = tmp_path / "run"
+    (run / "checkpoints" / "openrlhf" / "_actor").mkdir(parents=True)  # as OpenRLHF leaves a checkpoint
+    config, _ = load_run(PAPER_CONFIGS[0], [f"train.output_dir={run}"])
+    (run / "config.yaml").write_text(config.to_yaml())
+    argv = ["--config", PAPER_CONFIGS[0], f"train.output_dir={run}", "advantage.estimator=gigpo"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "advantage.estimator: 'hgpo' -> 'gigpo'" in err and "--allow-config-change" in err
+    # Allowed, or started again, it gets as far as this machine goes: the missing GPU packages.
+    for flag in ("--allow-config-change", "--overwrite"):
+        assert main([*argv, flag]) == 2
+        assert "needs vllm" in capsys.readouterr().err
+    assert not (run / "checkpoints").exists()  # --overwrite removed them

@@ -20,16 +20,19 @@ import dataclasses
 import json
 import os
 import shlex
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from hgpo_train.config import Config, ConfigError, describe_options
+from hgpo_train.config import Config, ConfigError, check_resumed_config, describe_options
 from hgpo_train.openrlhf.arguments import namespace_dict, openrlhf_argv
 from hgpo_train.openrlhf.settings import SECTION, OpenRLHFConfig, load_run
 
+RUN_FOLDER_ITEMS = ("checkpoints", "final_model", "config.yaml", "openrlhf.yaml", "tiny_model")
+"""What this backend writes into a run folder: all that --overwrite removes."""
 RAY_ENV_VARS = {
     "TOKENIZERS_PARALLELISM": "true",
     "NCCL_DEBUG": "WARN",
@@ -69,6 +72,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--dry-run",
         action="store_true",
         help="resolve the config and OpenRLHF's arguments with OpenRLHF's own parser, print them, exit",
+    )
+    parser.add_argument(
+        "--allow-config-change",
+        action="store_true",
+        help="resume a run folder whose saved config differs from this one (refused by default)",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start the run folder again: remove its checkpoints, final model and configs first",
     )
     parser.add_argument(
         "overrides",
@@ -133,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         return dry_run(config, cluster, openrlhf_argv(config, cluster, **paths))
     try:
-        return train(config, cluster, paths)
+        return train(
+            config, cluster, paths, allow_config_change=args.allow_config_change, overwrite=args.overwrite
+        )
     except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -161,14 +176,36 @@ def dry_run(config: Config, cluster: OpenRLHFConfig, argv: list[str]) -> int:
     return 0
 
 
-def train(config: Config, cluster: OpenRLHFConfig, paths: dict[str, str], trainer_class: Any = None) -> int:
+def train(
+    config: Config,
+    cluster: OpenRLHFConfig,
+    paths: dict[str, str],
+    trainer_class: Any = None,
+    *,
+    allow_config_change: bool = False,
+    overwrite: bool = False,
+) -> int:
     """Start or join Ray, check the GPUs are there, write the run folder's config, run OpenRLHF.
 
     ``trainer_class`` (default :class:`~hgpo_train.openrlhf.trainer.HGPOTrainer`) is the controller
-    to run; the GPU check passes a subclass that records what it verifies.
+    to run; the GPU check passes a subclass that records what it verifies. A run folder with
+    checkpoints is resumed if its config matches (see :func:`~hgpo_train.config.check_resumed_config`).
     """
     from hgpo_train.openrlhf.stubs import missing
 
+    run_dir = Path(config.train.output_dir)
+    if overwrite:
+        for name in RUN_FOLDER_ITEMS:
+            path = run_dir / name
+            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    resuming = (Path(paths["checkpoint_dir"]) / "_actor").is_dir()
+    if resuming and not config.train.resume:
+        raise ConfigError(
+            f"{run_dir} already has checkpoints and train.resume=false: "
+            "choose another train.output_dir, or pass --overwrite to start it again"
+        )
+    if resuming and (run_dir / "config.yaml").is_file():
+        check_resumed_config(run_dir / "config.yaml", config, allow=allow_config_change)
     absent = missing()
     if absent:
         raise ConfigError(
@@ -183,12 +220,6 @@ def train(config: Config, cluster: OpenRLHFConfig, paths: dict[str, str], traine
     from hgpo_train.openrlhf.trainer import HGPOTrainer, trainer_actor
     from hgpo_train.policy import base_model_path
 
-    run_dir = Path(config.train.output_dir)
-    if (Path(paths["checkpoint_dir"]) / "_actor").is_dir() and not config.train.resume:
-        raise ConfigError(
-            f"{run_dir} already has checkpoints and train.resume=false: "
-            "choose another train.output_dir or remove the old run"
-        )
     run_dir.mkdir(parents=True, exist_ok=True)
     config.model.name_or_path = base_model_path(config, run_dir)  # builds the tiny model for 'tiny'
     runtime_env: dict = {"env_vars": {k: os.environ.get(k, v) for k, v in RAY_ENV_VARS.items()}}
