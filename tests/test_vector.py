@@ -284,6 +284,17 @@ def test_worker_that_cannot_restart_costs_only_its_envs(backend: str, tmp_path: 
         assert -1 not in pool.worker_pids() and pool.running == [0, 1, 2, 3]
 
 
+def test_an_unsendable_result_ends_only_its_episode(backend: str) -> None:
+    with probe_pool(backend) as pool:
+        pool.reset()
+        unpicklable, neighbour = pool.step({0: "unpicklable", 2: "tick"})
+        assert unpicklable.truncated
+        assert "cannot be sent to the pool" in unpicklable.info["env_error"]
+        assert "_thread.lock" in unpicklable.info["env_error"]
+        assert neighbour.info["state_text"] == "Count 1." and pool.num_restarts == 0  # the worker lives on
+        assert pool.step({2: "tick"})[0].info["state_text"] == "Count 2."
+
+
 def test_a_node_unreachable_for_a_moment_is_trusted_again(ray_cluster, monkeypatch) -> None:
     """White-box: the only node, marked lost as an ActorUnavailableError would mark it, takes no
     replacement; once Ray has listed it alive for the grace period, it takes them again."""
@@ -329,14 +340,9 @@ def test_workers_die_with_a_killed_parent_even_inside_a_hung_step() -> None:
     assert_gone(children, timeout=5.0)
 
 
-def test_env_error_carries_the_real_cause() -> None:
+def test_an_exiting_env_names_its_exit_code_and_itself() -> None:
     with probe_pool("process") as pool:
         pool.reset()
-        unpicklable, neighbour = pool.step({0: "unpicklable", 2: "tick"})
-        assert unpicklable.truncated
-        assert "cannot be sent to the pool" in unpicklable.info["env_error"]
-        assert "cannot pickle '_thread.lock' object" in unpicklable.info["env_error"]
-        assert neighbour.info["state_text"] == "Count 1." and pool.num_restarts == 0  # the worker lives on
         [exited] = pool.step({1: "exit"})
         assert "exited with code 3 during env 1's step" in exited.info["env_error"]
 

@@ -31,6 +31,17 @@ class Reply(NamedTuple):
     detail: str | None = None
 
 
+def sendable(reply: Reply, dumps: Callable[[Any], bytes]) -> Reply:
+    """The reply, or, when ``dumps`` cannot serialise it, that env's error saying so (a worker
+    that failed to send it would otherwise die and take its other envs' episodes along)."""
+    try:
+        dumps(reply)
+    except Exception as error:  # noqa: BLE001  -- any serialisation failure is the env's
+        what = f"{type(error).__name__}: {error}"
+        return Reply(reply.env_index, None, f"its result cannot be sent to the pool: {what}", what)
+    return reply
+
+
 def make_env(env: EnvSpec, env_kwargs: Mapping[str, Any]) -> gym.Env:
     """Build one env from an id or a factory (importing this package registered the HGPO ids)."""
     if isinstance(env, str):

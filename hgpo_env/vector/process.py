@@ -23,7 +23,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-from hgpo_env.vector.host import EnvHost, EnvSpec, Reply
+from hgpo_env.vector.host import EnvHost, EnvSpec, Reply, sendable
 from hgpo_env.vector.workers import WorkerFailure, Workers
 
 CLOSE_TIMEOUT = 5.0
@@ -48,23 +48,13 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, name="hgpo-parent-watchdog", daemon=True).start()
 
 
-def _sendable(reply: Reply) -> Reply:
-    """The reply, or, when it cannot be pickled, that env's error saying so."""
-    try:
-        pickle.dumps(reply)
-    except Exception as error:  # noqa: BLE001  -- any pickling failure is the env's
-        what = f"{type(error).__name__}: {error}"
-        return Reply(reply.env_index, None, f"its result cannot be sent to the pool: {what}", what)
-    return reply
-
-
 def _send_replies(conn: Connection, replies: list[Reply]) -> None:
     try:
         conn.send((True, replies))
     except (EOFError, OSError):
         raise
     except Exception:  # noqa: BLE001  -- pickling fails before anything is written: find the culprit
-        conn.send((True, [_sendable(reply) for reply in replies]))
+        conn.send((True, [sendable(reply, pickle.dumps) for reply in replies]))
 
 
 class _Outbox:

@@ -15,14 +15,14 @@ and is used again.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any
 
 import ray
 from ray._private.state import available_resources_per_node  # no public per-node view; ray is pinned
 from ray.exceptions import ActorUnavailableError, RayError
 
-from hgpo_env.vector.host import EnvHost, EnvSpec
+from hgpo_env.vector.host import EnvHost, EnvSpec, Reply, sendable
 from hgpo_env.vector.workers import WorkerFailure, Workers
 
 DEFAULT_ACTOR_OPTIONS: dict[str, Any] = {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
@@ -41,6 +41,17 @@ def _connect() -> None:
 
 
 class _RayEnvHost(EnvHost):
+    """An EnvHost whose replies are checked before Ray serialises them: a reply that fails to
+    serialise in a streaming generator would end the whole batch."""
+
+    def reset(self, requests: Sequence[tuple[int, int | None, dict[str, Any] | None]]) -> Iterator[Reply]:
+        for reply in super().reset(requests):
+            yield sendable(reply, ray.cloudpickle.dumps)
+
+    def step(self, requests: Sequence[tuple[int, str]]) -> Iterator[Reply]:
+        for reply in super().step(requests):
+            yield sendable(reply, ray.cloudpickle.dumps)
+
     def node_id(self) -> str:
         """The Ray node this actor lives on."""
         return ray.get_runtime_context().get_node_id()
