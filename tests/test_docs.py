@@ -35,7 +35,10 @@ NOT_RUN = {
         "integrations/verl.md",
         1,
     ): "needs verl, which has its own environment; tests/integrations/test_verl.py runs these calls",
-    ("integrations/verl.md", 2): "lines to paste into verl-agent's own trainer, not a script",
+    (
+        "integrations/verl.md",
+        2,
+    ): "needs verl, which has its own environment: run by tests/integrations/test_verl.py",
 }
 """Python examples not executed here, and why; any other example that is not run fails the test."""
 SUBSTITUTIONS = {

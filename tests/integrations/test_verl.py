@@ -14,6 +14,7 @@ import random
 import re
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -111,15 +112,44 @@ def test_verls_compute_advantage_runs_the_registered_estimator(rollout, estimato
     assert torch.equal(data.batch["returns"], data.batch["advantages"])
 
 
+DOCS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "integrations" / "verl.md"
+
+
+def docs_example(number: int) -> str:
+    return re.findall(r"^```python\n(.*?)^```", DOCS_PAGE.read_text(), re.DOTALL | re.MULTILINE)[number - 1]
+
+
 def test_the_docs_estimator_lines_run(rollout):
     """docs/integrations/verl.md's lines, run on a batch of real steps, then verl's compute_advantage."""
-    page = Path(__file__).resolve().parents[2] / "docs" / "integrations" / "verl.md"
-    code = re.findall(r"^```python\n(.*?)^```", page.read_text(), re.DOTALL | re.MULTILINE)[0]
+    code = docs_example(1)
     scope = {"batch": batch(rollout)}
     exec(code, scope)  # noqa: S102  -- the documentation's own lines
     config = AdvantageConfig(gamma=0.95, mode="mean_norm")  # as the docs register it
     data = compute_advantage(scope["batch"], "hgpo", config=AlgoConfig(adv_estimator="hgpo"))
     want = expected(rollout, config)
+    np.testing.assert_allclose(
+        data.batch["advantages"].numpy(),
+        want[:, None] * data.batch["response_mask"].numpy(),
+        rtol=1e-5,
+        atol=1e-6,
+    )
+
+
+def test_the_docs_verl_agent_lines_run(rollout):
+    """The lines a verl-agent user pastes, run with verl-agent's names in scope (Rooms for ALFWorld)."""
+    code = docs_example(2).replace('"HGPO-ALFWorld-v0"', '"HGPO-Rooms-v0"')
+    config = SimpleNamespace(
+        data=SimpleNamespace(train_batch_size=GROUPS),
+        env=SimpleNamespace(rollout=SimpleNamespace(n=GROUP_SIZE), seed=0),
+    )
+    data = batch(rollout)
+    scope = {"config": config, "batch": data, "data": data, "adv_estimator": "hgpo", "gamma": 0.95}
+    try:
+        exec(code, scope)  # noqa: S102  -- the documentation's own lines
+        assert scope["envs"].reset([{"task_id": 2}] * (GROUPS * GROUP_SIZE))[0]["text"][0]
+    finally:
+        scope["envs"].close()
+    want = expected(rollout, AdvantageConfig(gamma=0.95, mode="mean_norm"))
     np.testing.assert_allclose(
         data.batch["advantages"].numpy(),
         want[:, None] * data.batch["response_mask"].numpy(),
