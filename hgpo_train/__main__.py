@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 try:
-    from hgpo_train.config import Config, ConfigError, describe_options, load_config
+    from hgpo_train.config import Config, ConfigError, add_resume_flags, describe_options, load_config
     from hgpo_train.tracking import read_metrics
 except ModuleNotFoundError as missing:  # a core-only install: say which extra brings the trainer
     raise SystemExit(
@@ -48,16 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", help="hub name or local folder (sets model.name_or_path); 'tiny' builds one"
     )
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
-    parser.add_argument(
-        "--allow-config-change",
-        action="store_true",
-        help="resume a run folder whose saved config differs from this one (refused by default)",
-    )
-    parser.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="start the run folder again: remove its checkpoints, metrics and config first",
-    )
+    add_resume_flags(parser)
     parser.add_argument(
         "overrides",
         nargs="*",

@@ -13,6 +13,7 @@ start-up with a message naming the key, not an hour into a run.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
 import itertools
@@ -255,6 +256,20 @@ def config_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
         for key in sorted(flat_old.keys() | flat_new.keys())
         if key not in RESUMABLE_CHANGES and flat_old.get(key) != flat_new.get(key)
     ]
+
+
+def add_resume_flags(parser: argparse.ArgumentParser) -> None:
+    """The command line's answers to :func:`check_resumed_config` refusing a changed config."""
+    parser.add_argument(
+        "--allow-config-change",
+        action="store_true",
+        help="resume a run folder whose saved config differs from this one (refused by default)",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start the run folder again: remove what the run wrote there (checkpoints, metrics, config) first",
+    )
 
 
 def check_resumed_config(saved: Path, config: Config, *, allow: bool) -> list[str]:

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from hgpo_train.config import Config, ConfigError, check_resumed_config, describe_options
+from hgpo_train.config import Config, ConfigError, add_resume_flags, check_resumed_config, describe_options
 from hgpo_train.openrlhf.arguments import namespace_dict, openrlhf_argv
 from hgpo_train.openrlhf.settings import SECTION, OpenRLHFConfig, load_run
 
@@ -73,16 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="resolve the config and OpenRLHF's arguments with OpenRLHF's own parser, print them, exit",
     )
-    parser.add_argument(
-        "--allow-config-change",
-        action="store_true",
-        help="resume a run folder whose saved config differs from this one (refused by default)",
-    )
-    parser.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="start the run folder again: remove its checkpoints, final model and configs first",
-    )
+    add_resume_flags(parser)
     parser.add_argument(
         "overrides",
         nargs="*",

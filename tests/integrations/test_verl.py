@@ -119,20 +119,20 @@ def docs_example(number: int) -> str:
     return re.findall(r"^```python\n(.*?)^```", DOCS_PAGE.read_text(), re.DOTALL | re.MULTILINE)[number - 1]
 
 
+def assert_docs_advantages(data: DataProto, rollout: dict) -> None:
+    """HGPO with the docs' settings on every response token."""
+    want = expected(rollout, AdvantageConfig(gamma=0.95, mode="mean_norm"))
+    mask = data.batch["response_mask"].numpy()
+    np.testing.assert_allclose(data.batch["advantages"].numpy(), want[:, None] * mask, rtol=1e-5, atol=1e-6)
+
+
 def test_the_docs_estimator_lines_run(rollout):
     """docs/integrations/verl.md's lines, run on a batch of real steps, then verl's compute_advantage."""
     code = docs_example(1)
     scope = {"batch": batch(rollout)}
     exec(code, scope)  # noqa: S102  -- the documentation's own lines
-    config = AdvantageConfig(gamma=0.95, mode="mean_norm")  # as the docs register it
     data = compute_advantage(scope["batch"], "hgpo", config=AlgoConfig(adv_estimator="hgpo"))
-    want = expected(rollout, config)
-    np.testing.assert_allclose(
-        data.batch["advantages"].numpy(),
-        want[:, None] * data.batch["response_mask"].numpy(),
-        rtol=1e-5,
-        atol=1e-6,
-    )
+    assert_docs_advantages(data, rollout)
 
 
 def test_the_docs_verl_agent_lines_run(rollout):
@@ -149,13 +149,7 @@ def test_the_docs_verl_agent_lines_run(rollout):
         assert scope["envs"].reset([{"task_id": 2}] * (GROUPS * GROUP_SIZE))[0]["text"][0]
     finally:
         scope["envs"].close()
-    want = expected(rollout, AdvantageConfig(gamma=0.95, mode="mean_norm"))
-    np.testing.assert_allclose(
-        data.batch["advantages"].numpy(),
-        want[:, None] * data.batch["response_mask"].numpy(),
-        rtol=1e-5,
-        atol=1e-6,
-    )
+    assert_docs_advantages(data, rollout)
 
 
 def test_step_advantages_for_trainers_without_the_registry(rollout):
