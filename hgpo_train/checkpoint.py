@@ -90,6 +90,13 @@ def _disk_full(error: BaseException, folder: Path) -> bool:
         return False
 
 
+def clear_run_folder(run_dir: str | Path, items: tuple[str, ...]) -> None:
+    """Remove the named files and folders a run wrote into ``run_dir`` (and nothing else there)."""
+    for name in items:
+        path = Path(run_dir) / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+
+
 def tidy_checkpoints(run_dir: str | Path, keep: int) -> list[Path]:
     """Remove what a killed save left behind (temporary folders, checkpoints over ``keep``);
     returns what was removed."""

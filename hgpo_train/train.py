@@ -22,6 +22,7 @@ from hgpo_env.vector import GroupedEnvPool, GroupMismatchError, PoolError
 from hgpo_train.advantage import compute_advantages, step_returns
 from hgpo_train.batch import StepBatch
 from hgpo_train.checkpoint import (
+    clear_run_folder,
     latest_checkpoint,
     load_training_state,
     save_checkpoint,
@@ -93,9 +94,7 @@ class Trainer:
         self.completed = 0
         """Iterations done so far, resumed ones included."""
         if overwrite:
-            for name in RUN_FOLDER_ITEMS:
-                path = self.run_dir / name
-                shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+            clear_run_folder(self.run_dir, RUN_FOLDER_ITEMS)
         fresh = not self.run_dir.exists()
         try:
             self._start(config)

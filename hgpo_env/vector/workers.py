@@ -119,7 +119,8 @@ class Workers(abc.ABC):
                 sent[worker] = batch
             except WorkerFailure as failure:
                 results[worker] = BatchResult([], self._describe(worker, str(failure), method, batch, []))
-        for worker, (replies, failure) in self._gather(sent, self._patience(timeout)).items():
+        counts = {worker: len(batch) for worker, batch in sent.items()}
+        for worker, (replies, failure) in self._gather(counts, self._patience(timeout)).items():
             if failure is not None:
                 failure = self._describe(worker, failure, method, sent[worker], replies)
             results[worker] = BatchResult(replies, failure)
@@ -140,11 +141,11 @@ class Workers(abc.ABC):
             self._stop(worker)
             self._pids[worker] = -1
             self.down.pop(worker, None)
-        launched: dict[int, list[Any]] = {}
+        launched: dict[int, int] = {}
         for worker in workers:
             try:
                 self._launch(worker)
-                launched[worker] = [None]  # one answer: the pid
+                launched[worker] = 1  # one answer: the pid
             except WorkerFailure as failure:
                 self.down[worker] = str(failure)
         patience = {w: self.start_timeout * max(1, len(self.hosted[w])) for w in launched}
@@ -155,45 +156,37 @@ class Workers(abc.ABC):
                 self.down[worker] = failure
 
     def _gather(
-        self, expected: Mapping[int, list[Any]], patience: float | Mapping[int, float]
+        self, expected: Mapping[int, int], patience: float | Mapping[int, float]
     ) -> dict[int, BatchResult]:
-        """Receive ``len(expected[w])`` answers from each worker ``w``, each within its patience
+        """Receive ``expected[w]`` answers from each worker ``w``, each within its patience
         (seconds) of the one before; a worker that dies or is late is stopped."""
         if not isinstance(patience, Mapping):
             patience = dict.fromkeys(expected, patience)
         now = time.monotonic()
         deadlines = {worker: now + patience[worker] for worker in expected}
         answers: dict[int, list[Any]] = {worker: [] for worker in expected}
-        results: dict[int, BatchResult] = {}
-        pending = {worker for worker in expected if expected[worker]}
-        results.update({worker: BatchResult([]) for worker in expected if not expected[worker]})
+        results = {worker: BatchResult([]) for worker, count in expected.items() if not count}
+        pending = {worker for worker, count in expected.items() if count}
+
+        def end(worker: int, failure: WorkerFailure) -> None:
+            self._failed(worker, failure)
+            self._stop(worker)
+            results[worker] = BatchResult(answers[worker], str(failure))
+            pending.discard(worker)
+
         while pending:
             wait = max(0.0, min(deadlines[w] for w in pending) - time.monotonic())
             for worker in self._ready(pending, wait):
                 try:
                     answers[worker].extend(self._receive(worker))
                 except WorkerFailure as failure:
-                    self._end(worker, failure, answers, results, pending)
+                    end(worker, failure)
                     continue
                 deadlines[worker] = time.monotonic() + patience[worker]
-                if len(answers[worker]) == len(expected[worker]):
+                if len(answers[worker]) == expected[worker]:
                     results[worker] = BatchResult(answers[worker])
                     pending.discard(worker)
             now = time.monotonic()
             for worker in [w for w in pending if deadlines[w] <= now]:
-                late = WorkerFailure(f"gave no answer within {patience[worker]:.3g} s and was killed")
-                self._end(worker, late, answers, results, pending)
+                end(worker, WorkerFailure(f"gave no answer within {patience[worker]:.3g} s and was killed"))
         return results
-
-    def _end(
-        self,
-        worker: int,
-        failure: WorkerFailure,
-        answers: dict[int, list[Any]],
-        results: dict[int, BatchResult],
-        pending: set[int],
-    ) -> None:
-        self._failed(worker, failure)
-        self._stop(worker)
-        results[worker] = BatchResult(answers[worker], str(failure))
-        pending.discard(worker)

@@ -20,7 +20,6 @@ import dataclasses
 import json
 import os
 import shlex
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -186,9 +185,9 @@ def train(
 
     run_dir = Path(config.train.output_dir)
     if overwrite:
-        for name in RUN_FOLDER_ITEMS:
-            path = run_dir / name
-            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        from hgpo_train.checkpoint import clear_run_folder
+
+        clear_run_folder(run_dir, RUN_FOLDER_ITEMS)
     resuming = (Path(paths["checkpoint_dir"]) / "_actor").is_dir()
     if resuming and not config.train.resume:
         raise ConfigError(
