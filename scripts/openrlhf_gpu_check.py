@@ -12,7 +12,7 @@ of an update is known whatever the model. It checks, and exits 1 if any check fa
 
 1. the loss decreases on the fixed batch: -sum(A * log pi(response)) / tokens, with log pi from
    OpenRLHF's experience making (the policy before each update), falls from first to last;
-2. weights reach vLLM: before every iteration the engine's log-probs of one fixed sample
+2. weights reach vLLM: before every iteration the engine's log-probs of the first fixed samples
    (prompt log-probs) match the DeepSpeed policy's, and they move over the run as the policy does;
 3. the run folder is complete: metrics.jsonl, a DeepSpeed checkpoint, the final HF model;
 4. with ``--check-resume``, a second launch resumes from the checkpoint and logs one more iteration.
@@ -117,105 +117,7 @@ def gpu_memory_peaks() -> Iterator[dict[int, int]]:
         stop.set()
 
 
-# ----------------------------------------------------------------------------- the checking controller
-
-
-def check_classes() -> Any:
-    """The controller and experience maker that record what the checks need (imports openrlhf)."""
-    import numpy as np
-    import ray
-    import torch
-    import vllm
-
-    from hgpo_train.openrlhf.experience_maker import StepAdvantageMaker
-    from hgpo_train.openrlhf.trainer import HGPOTrainer
-
-    class RecordingMaker(StepAdvantageMaker):
-        """Shared advantages are computed as usual, then replaced by fixed +/-1 ones; records the loss."""
-
-        records: list[dict[str, Any]]
-
-        def compute_advantages_and_returns(self, experiences: list[Any]) -> list[Any]:
-            experiences = super().compute_advantages_and_returns(experiences)
-            num = den = 0.0
-            sample0 = None
-            for exp in experiences:
-                index = np.asarray(exp.index)
-                sign = np.where(self.table.padding[index], 0.0, np.where(index % 2 == 0, 1.0, -1.0))
-                mask = exp.action_mask.float()
-                exp.advantages = torch.from_numpy(sign).float()[:, None] * mask
-                exp.returns = exp.advantages.clone()
-                num += float((exp.advantages * exp.action_log_probs.float()).sum())
-                den += float(mask.sum())
-                if 0 in exp.index:
-                    k = list(exp.index).index(0)
-                    sample0 = exp.action_log_probs[k][exp.action_mask[k]].float().tolist()
-            self.records.append({"loss": -num / max(den, 1.0), "actor_logprobs": sample0})
-            return experiences
-
-    class CheckTrainer(HGPOTrainer):
-        """Plays the envs once; every iteration trains on that batch and first asks vLLM for its log-probs."""
-
-        maker_class = RecordingMaker
-
-        def collect(self, iteration: int) -> Any:
-            if not hasattr(self, "fixed_batch"):
-                self.fixed_batch, self.engine_logprobs = super().collect(iteration), []
-                self.experience_maker.records = []
-            b = self.fixed_batch
-            ids = [*b.prompt_ids[0].tolist(), *b.response_ids[0].tolist()]
-            params = vllm.SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0)
-            with self._engines_awake():
-                out = ray.get(self.vllm_engines[0].generate.remote(ids, params))
-            start = len(b.prompt_ids[0])
-            self.engine_logprobs.append(
-                [out.prompt_logprobs[i][ids[i]].logprob for i in range(start, len(ids))]
-            )
-            return b
-
-        def fit(self, global_step: int = 0) -> None:
-            super().fit(global_step)
-            records = self.experience_maker.records
-            result = {
-                "loss": [r["loss"] for r in records],
-                "actor_logprobs": [r["actor_logprobs"] for r in records],
-                "engine_logprobs": self.engine_logprobs,
-            }
-            (self.run_dir / "gpu_check_records.json").write_text(json.dumps(result))
-
-    return CheckTrainer
-
-
 # ----------------------------------------------------------------------------- checks and report
-
-
-def evaluate(run_dir: Path) -> tuple[dict[str, Any], bool]:
-    """The checks' verdicts and numbers from what the run wrote."""
-    import numpy as np
-
-    rec = json.loads((run_dir / "gpu_check_records.json").read_text())
-    loss = rec["loss"]
-    mismatch = [
-        float(np.mean(np.abs(np.subtract(e, a))))
-        for e, a in zip(rec["engine_logprobs"], rec["actor_logprobs"])
-    ]
-    drift = float(np.mean(np.abs(np.subtract(rec["engine_logprobs"][-1], rec["engine_logprobs"][0]))))
-    checks = {
-        "loss_decreases_on_fixed_batch": {"ok": loss[-1] < loss[0], "loss": loss},
-        "weights_reach_vllm": {
-            "ok": max(mismatch) < LOGPROB_TOLERANCE
-            and drift > max(MIN_DRIFT, 2 * max(mismatch[1:] or [0.0])),
-            "engine_vs_policy_logprob_mismatch": mismatch,
-            "engine_logprob_drift": drift,
-            "tolerance": LOGPROB_TOLERANCE,
-        },
-        "run_folder_complete": {
-            "ok": (run_dir / "metrics.jsonl").is_file()
-            and any((run_dir / "checkpoints" / "openrlhf" / "_actor").glob("global_step*"))
-            and (run_dir / "final_model" / "config.json").is_file(),
-        },
-    }
-    return checks, all(c["ok"] for c in checks.values())
 
 
 def throughput(run_dir: Path, peak: dict[int, int]) -> dict[str, Any]:
@@ -305,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     out = (REPO / args.out).resolve() if not Path(args.out).is_absolute() else Path(args.out)
     shutil.rmtree(out, ignore_errors=True)
 
+    from hgpo_train.openrlhf.checks import verdicts, verifying_trainer
     from hgpo_train.openrlhf.cli import run_paths, train
     from hgpo_train.openrlhf.settings import load_run
 
@@ -312,11 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     config, cluster = load_run(None, overrides)
     started = time.perf_counter()
     with gpu_memory_peaks() as peak:
-        train(config, cluster, run_paths(config), trainer_class=check_classes())
+        train(config, cluster, run_paths(config), trainer_class=verifying_trainer())
     import ray
 
     ray.shutdown()
-    checks, ok = evaluate(out)
+    checks, ok = verdicts(out, LOGPROB_TOLERANCE, MIN_DRIFT)
     if args.check_resume:
         checks["resume_from_checkpoint"] = check_resume(out, overrides, args.iterations)
         ok = ok and checks["resume_from_checkpoint"]["ok"]

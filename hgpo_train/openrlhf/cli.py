@@ -18,8 +18,8 @@ import argparse
 import contextlib
 import dataclasses
 import importlib.metadata
-import math
 import json
+import math
 import os
 import shlex
 import sys
@@ -253,6 +253,10 @@ def train(
         )
     if resuming and (run_dir / "config.yaml").is_file():
         check_resumed_config(run_dir / "config.yaml", config, allow=allow_config_change)
+    latest = Path(paths["checkpoint_dir"]) / "_actor" / "latest"  # DeepSpeed's pointer, e.g. "global_step3"
+    if resuming and latest.is_file():
+        tag = latest.read_text().strip()
+        print(f"resuming from {latest.parent / tag} (iteration {tag.removeprefix('global_step')})", file=sys.stderr)
     problem = stack_problem(cluster.device)
     if problem:
         raise ConfigError(problem)

