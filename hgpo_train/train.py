@@ -183,8 +183,10 @@ class Trainer:
 
         start = time.perf_counter()
         update_metrics = self.updater.update(batch, advantages, rng)
-        self.generator.sync_weights(self.model)
         update_s = time.perf_counter() - start
+        start = time.perf_counter()
+        self.generator.sync_weights(self.model)
+        sync_s = time.perf_counter() - start
 
         timing = batch.extras["timing"]
         tokens = int(batch.prompt_lengths.sum() + batch.response_lengths.sum())
@@ -198,6 +200,7 @@ class Trainer:
             "time/generate_s": timing["generate_s"],
             "time/advantage_s": advantage_s,
             "time/update_s": update_s,
+            "time/sync_s": sync_s,
             "throughput/steps_per_s": len(batch) / max(rollout_s, 1e-9),
             "throughput/tokens_per_s": tokens / max(rollout_s, 1e-9),
         }

@@ -137,6 +137,8 @@ def shell_commands() -> list[tuple[str, list[str]]]:
     for example in examples("bash"):
         for line in example.code.replace("\\\n", " ").splitlines():
             line = line.split("  #")[0].strip()
+            if line.startswith("#"):  # a comment line
+                continue
             for part in filter(None, (p.strip() for p in line.split("&&"))):
                 commands.append((example_id(example), shlex.split(part)))
     return commands
@@ -153,7 +155,10 @@ def test_shell_command_names_what_exists(where: str, argv: list[str]):
             if spec.startswith(".["):
                 assert set(spec[2:-1].split(",")) <= EXTRAS, f"{where}: unknown extra in {spec}"
         return
-    if argv[:1] != ["python"]:
+    if argv[:1] == ["bash"]:
+        assert (REPO / argv[1]).is_file(), f"{where}: {argv[1]} does not exist"
+        return
+    if not argv or Path(argv[0]).name != "python":  # python, or a virtual environment's
         return
     if argv[1:3] == ["-m", "hgpo_train"]:
         from hgpo_train.__main__ import main

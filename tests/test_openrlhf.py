@@ -332,3 +332,50 @@ def test_a_resumed_run_with_another_config_is_refused(tmp_path, capsys: pytest.C
         assert main([*argv, flag]) == 2
         assert "needs vllm" in capsys.readouterr().err
     assert not (run / "checkpoints").exists()  # --overwrite removed them
+
+
+def test_cpu_mode_sets_what_cpus_lack_and_names_its_environment(tmp_path, capsys) -> None:
+    from hgpo_train.openrlhf.arguments import openrlhf_argv
+    from hgpo_train.openrlhf.cli import main
+
+    cpu_config = "configs/openrlhf_rooms_cpu.yaml"
+    overrides = ["openrlhf.vllm_sync_backend=nccl", "openrlhf.attn_implementation=flash_attention_2"]
+    config, cluster = load_run(cpu_config, overrides)
+    assert (cluster.vllm_sync_backend, cluster.attn_implementation, cluster.vllm_enforce_eager) == (
+        "gloo",
+        "sdpa",
+        True,
+    )
+    argv = openrlhf_argv(config, cluster, checkpoint_dir="c", final_dir="f")
+    assert "--train.colocate_all" in argv and not {"--vllm.enable_sleep", "--ds.enable_sleep"} & set(argv)
+    gpu_argv = openrlhf_argv(*load_run(PAPER_CONFIGS[0]), checkpoint_dir="c", final_dir="f")
+    assert {"--vllm.enable_sleep", "--ds.enable_sleep"} <= set(gpu_argv)  # GPU runs are as before
+    # This environment has no vLLM CPU build: one line naming the script that makes one.
+    assert main(["--config", cpu_config, f"train.output_dir={tmp_path / 'run'}"]) == 2
+    err = capsys.readouterr().err
+    assert "scripts/setup_openrlhf_cpu.sh" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "run").exists()
+
+
+def test_cpu_flash_attn_padding_stand_ins_round_trip() -> None:
+    """The pure-torch bert_padding functions OpenRLHF imports (used by sample packing)."""
+    import torch
+
+    from hgpo_train.openrlhf.cpu import flash_attn_modules, index_first_axis, pad_input, unpad_input
+
+    hidden = torch.arange(2 * 4 * 3, dtype=torch.float32).reshape(2, 4, 3)
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    flat, indices, cu_seqlens, longest, used = unpad_input(hidden, mask)
+    assert flat.tolist() == [hidden[0, 0].tolist(), hidden[0, 1].tolist(), hidden[0, 2].tolist(),
+                             hidden[1, 0].tolist(), hidden[1, 1].tolist()]  # fmt: skip
+    assert cu_seqlens.tolist() == [0, 3, 5] and longest == 3 and used.tolist() == [3, 2]
+    assert torch.equal(index_first_axis(hidden.reshape(8, 3), indices), flat)
+    restored = pad_input(flat, indices, 2, 4)
+    assert torch.equal(restored, hidden * mask[..., None])
+    modules = flash_attn_modules()
+    assert set(modules) == {
+        "flash_attn",
+        "flash_attn.bert_padding",
+        "flash_attn.utils",
+        "flash_attn.utils.distributed",
+    }

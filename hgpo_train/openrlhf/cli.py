@@ -256,7 +256,10 @@ def train(
     latest = Path(paths["checkpoint_dir"]) / "_actor" / "latest"  # DeepSpeed's pointer, e.g. "global_step3"
     if resuming and latest.is_file():
         tag = latest.read_text().strip()
-        print(f"resuming from {latest.parent / tag} (iteration {tag.removeprefix('global_step')})", file=sys.stderr)
+        print(
+            f"resuming from {latest.parent / tag} (iteration {tag.removeprefix('global_step')})",
+            file=sys.stderr,
+        )
     problem = stack_problem(cluster.device)
     if problem:
         raise ConfigError(problem)

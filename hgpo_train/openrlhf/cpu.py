@@ -37,8 +37,8 @@ RECEIVER_CLASS = "hgpo_train.openrlhf.cpu.CPUWeightReceiver"
 
 
 def index_first_axis(tensor: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
-    """``flash_attn.bert_padding.index_first_axis``: rows ``indices`` of the flattened first axis."""
-    return tensor.reshape(-1, *tensor.shape[1:])[indices]
+    """``flash_attn.bert_padding.index_first_axis``: rows ``indices`` of the first axis."""
+    return tensor[indices]
 
 
 def unpad_input(

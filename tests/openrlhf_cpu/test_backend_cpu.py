@@ -9,6 +9,7 @@ Only OpenRLHF's CUDA assumptions are replaced (``hgpo_train.openrlhf.cpu``); not
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from pathlib import Path
@@ -107,11 +108,13 @@ def test_updates_train_the_policy_away_from_the_reference(run: Path) -> None:
     assert [r["iteration"] for r in logged] == list(range(1, ITERATIONS + 1))
     assert all(math.isfinite(r["update/policy_loss"]) and math.isfinite(r["update/kl"]) for r in logged)
     kl = [r["update/kl"] for r in logged]  # OpenRLHF's k3 estimate, averaged over each update
-    assert all(b > a for a, b in zip(kl, kl[1:])), kl
+    assert all(b > a for a, b in itertools.pairwise(kl)), kl
     gap = records(run)["reference_gap"]  # mean |log pi - log pi_ref| before each update
-    assert gap[0] == 0.0 and all(b > a for a, b in zip(gap, gap[1:])), gap  # from 0: policy == reference
+    assert gap[0] == 0.0 and all(b > a for a, b in itertools.pairwise(gap)), (
+        gap
+    )  # from 0: policy == reference
     loss = records(run)["loss"]  # -mean(A log pi) on the fixed batch, before each update
-    assert loss[-1] < loss[0] and all(b < a for a, b in zip(loss, loss[1:])), loss
+    assert loss[-1] < loss[0] and all(b < a for a, b in itertools.pairwise(loss)), loss
 
 
 def test_evaluation_runs_through_the_engines(run: Path) -> None:

@@ -66,7 +66,9 @@ def test_killed_driver_resumes_from_its_checkpoint(warm_model: str, ray_tmp: str
     env = {**os.environ, "RAY_TMPDIR": ray_tmp}
     latest = out / "checkpoints" / "openrlhf" / "_actor" / "latest"
     with open(tmp_path / "first.log", "w") as log:
-        first = subprocess.Popen(command(warm_model, out), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        first = subprocess.Popen(
+            command(warm_model, out), cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT
+        )
         try:
             wait_for_checkpoint(latest, first)
         finally:
@@ -75,7 +77,7 @@ def test_killed_driver_resumes_from_its_checkpoint(warm_model: str, ray_tmp: str
     saved = int(latest.read_text().strip().removeprefix("global_step"))
     assert 1 <= saved < ITERATIONS, "killed before the run ended"
     again = subprocess.run(
-        command(warm_model, out), cwd=REPO, env=env, capture_output=True, text=True, timeout=540
+        command(warm_model, out), cwd=REPO, env=env, capture_output=True, text=True, timeout=540, check=False
     )
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resuming from {latest.parent / f'global_step{saved}'} (iteration {saved})" in again.stderr

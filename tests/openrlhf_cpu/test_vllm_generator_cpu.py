@@ -91,7 +91,9 @@ def test_log_probs_match_hugging_face(generator: VLLMGenerator, hf: tuple) -> No
         assert diff.max() < LOGPROB_TOLERANCE, diff
 
 
-def test_after_a_weight_sync_the_engine_follows_the_trained_weights(generator: VLLMGenerator, hf: tuple) -> None:
+def test_after_a_weight_sync_the_engine_follows_the_trained_weights(
+    generator: VLLMGenerator, hf: tuple
+) -> None:
     model, _ = hf
     gen = generator.generate(PROMPTS[:1])[0]
     ids, start = gen.prompt_ids + gen.response_ids, len(gen.prompt_ids)
@@ -125,6 +127,7 @@ def test_the_cpu_config_trains_rooms_with_vllm_generation(tmp_path: Path) -> Non
         capture_output=True,
         text=True,
         timeout=600,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     logged = [r for r in read_metrics(out / "metrics.jsonl") if "update/loss" in r]
