@@ -230,7 +230,13 @@ class VLLMGenerator:
                 "generation.backend=vllm needs vLLM: pip install vllm on a GPU machine, or its CPU "
                 "build with bash scripts/setup_openrlhf_cpu.sh"
             ) from error
-        self.on_cpu = self.vllm.platforms.current_platform.is_cpu()
+        platform = self.vllm.platforms.current_platform
+        if not platform.device_type:  # the GPU wheel on a machine without its GPU
+            raise RuntimeError(
+                "vLLM finds no device it was built for (the vllm wheel needs a CUDA GPU); on a CPU "
+                "machine use vLLM's CPU build: bash scripts/setup_openrlhf_cpu.sh"
+            )
+        self.on_cpu = platform.is_cpu()
         self.config = config
         self.encoder = PromptEncoder(tokenizer, response_format)
         self.llm = self.vllm.LLM(

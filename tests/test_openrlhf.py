@@ -379,3 +379,22 @@ def test_cpu_flash_attn_padding_stand_ins_round_trip() -> None:
         "flash_attn.utils",
         "flash_attn.utils.distributed",
     }
+
+
+def test_gpu_check_scripts_cpu_parts(tmp_path) -> None:
+    """scripts/openrlhf_gpu_check.py: its run configs resolve for 1-4 GPUs and, without the GPU
+    stack, its preflight stops with one line (its checks run on CPU in tests/openrlhf_cpu)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "openrlhf_gpu_check.py"
+    spec = importlib.util.spec_from_file_location("openrlhf_gpu_check", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    args = script.parse_args(["--check-resume"])
+    for gpus in (1, 2, 4):
+        config, cluster = load_run(None, script.run_config(args, gpus, tmp_path / "run"))
+        assert (cluster.device, cluster.dp_size, cluster.vllm_num_engines) == ("cuda", gpus, gpus)
+        assert config.update.mini_batch_size == 8 * gpus and config.model.name_or_path == "tiny"
+    with pytest.raises(SystemExit, match="install the GPU stack first"):
+        script.preflight(0)

@@ -371,6 +371,9 @@ def fake_vllm(monkeypatch):
     """A stand-in ``vllm`` package (vLLM needs a GPU and is not installed here)."""
     vllm = types.ModuleType("vllm")
     vllm.LLM, vllm.SamplingParams = _FakeLLM, _Params
+    vllm.platforms = types.SimpleNamespace(  # as on a GPU machine
+        current_platform=types.SimpleNamespace(device_type="cuda", is_cpu=lambda: False)
+    )
     sampling = types.ModuleType("vllm.sampling_params")
     sampling.StructuredOutputsParams = _structured
     monkeypatch.setitem(sys.modules, "vllm", vllm)
@@ -426,7 +429,13 @@ def test_vllm_constrains_a_slot_with_a_regex_and_checks_replies_on_the_trie(tiny
 
 def test_vllm_missing_gives_an_actionable_error(monkeypatch, tiny):
     monkeypatch.setitem(sys.modules, "vllm", None)  # import fails
-    with pytest.raises(ImportError, match="needs vllm installed"):
+    with pytest.raises(ImportError, match="needs vLLM: pip install vllm .* scripts/setup_openrlhf_cpu.sh"):
+        VLLMGenerator("x", tiny[1], GenerationConfig(backend="vllm"), "plain")
+
+
+def test_vllm_without_its_device_names_the_cpu_build(tiny, fake_vllm):
+    fake_vllm.platforms.current_platform.device_type = ""  # vLLM's UnspecifiedPlatform
+    with pytest.raises(RuntimeError, match="vLLM's CPU build: bash scripts/setup_openrlhf_cpu.sh"):
         VLLMGenerator("x", tiny[1], GenerationConfig(backend="vllm"), "plain")
 
 
