@@ -4,7 +4,8 @@ Env workers are Ray actors (the pool's Ray backend, as the backend runs them); t
 Ray actors with the method OpenRLHF's ``RolloutRayActor.generate`` has, answering with
 vLLM-shaped outputs. The controller's loop (``HGPOTrainer.fit``) runs with OpenRLHF's GPU steps
 (experience making, DeepSpeed update, weight broadcast) replaced by a recorder. ``vllm`` and
-``flash_attn`` are stubbed in ``sys.modules``, as OpenRLHF's own CPU tests do.
+``flash_attn`` are stubbed in ``sys.modules``, as OpenRLHF's own CPU tests do. The same loop on
+the real stack (vLLM's CPU build, DeepSpeed, the weight sync) runs in ``tests/openrlhf_cpu``.
 """
 
 from __future__ import annotations

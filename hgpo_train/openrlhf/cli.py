@@ -253,6 +253,9 @@ def train(
         )
     if resuming and (run_dir / "config.yaml").is_file():
         check_resumed_config(run_dir / "config.yaml", config, allow=allow_config_change)
+    problem = stack_problem(cluster.device)
+    if problem:
+        raise ConfigError(problem)
     latest = Path(paths["checkpoint_dir"]) / "_actor" / "latest"  # DeepSpeed's pointer, e.g. "global_step3"
     if resuming and latest.is_file():
         tag = latest.read_text().strip()
@@ -260,9 +263,6 @@ def train(
             f"resuming from {latest.parent / tag} (iteration {tag.removeprefix('global_step')})",
             file=sys.stderr,
         )
-    problem = stack_problem(cluster.device)
-    if problem:
-        raise ConfigError(problem)
     if cluster.device == "cpu":  # before anything imports openrlhf
         from hgpo_train.openrlhf import cpu
 
