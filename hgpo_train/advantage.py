@@ -1,4 +1,4 @@
-"""GRPO, GiGPO and HGPO step advantages over columnar arrays (shared/HGPO_SPEC.md).
+"""GRPO, GiGPO, HGPO and GraphGPO step advantages over columnar arrays (shared/HGPO_SPEC.md).
 
 One row is one step sample. Inputs are numpy arrays (torch tensors and lists are converted),
 outputs are float64 numpy arrays in row order. Ids (group, rollout) may be ints or strings.
@@ -8,7 +8,8 @@ by (group, fingerprint) once per level so that every cluster is a contiguous run
 their cluster are skipped (their item is 0), and per-group / per-cluster statistics are
 ``np.bincount`` reductions. The only Python loops run over the K+1 context levels and, for
 discounted returns, over step positions (at most the episode step limit), never over rows or
-clusters.
+clusters. GraphGPO's distances to success are one breadth-first search over the state graphs
+of all groups at once, a Python loop over distance levels only.
 
 Row order: the rows of one rollout must appear in chronological order, but rollouts need not
 be contiguous; rows are grouped with a stable sort, so interleaved rollouts give the same
@@ -26,9 +27,13 @@ from typing import Any, Literal
 import numpy as np
 
 Mode = Literal["mean_norm", "mean_std_norm"]
-Estimator = Literal["grpo", "gigpo", "hgpo"]
+Estimator = Literal["grpo", "gigpo", "hgpo", "graphgpo"]
+StepReturn = Literal["discounted", "graph"]
 MODES: tuple[str, ...] = ("mean_norm", "mean_std_norm")
-ESTIMATORS: tuple[str, ...] = ("grpo", "gigpo", "hgpo")
+ESTIMATORS: tuple[str, ...] = ("grpo", "gigpo", "hgpo", "graphgpo")
+STEP_RETURNS: tuple[str, ...] = ("discounted", "graph")
+GRAPH_RETURN_SCALE = 10.0
+"""GraphGPO's step return at distance 0 (the recipe's constant: ALFWorld's win reward)."""
 
 EPS = 1e-6
 """Added to the std and to the weight sum, as in the released code."""
@@ -184,6 +189,87 @@ def episode_scores(
     rollout = _codes(traj_ids, "traj_ids", len(r))
     penalty = _penalties(invalid, invalid_penalty, len(r))
     return np.bincount(rollout, weights=r)[rollout] - penalty
+
+
+def _last_rows(rollout: np.ndarray) -> np.ndarray:
+    """Whether each row is the last (chronologically) of its rollout."""
+    order = np.argsort(rollout, kind="stable")
+    last = np.ones(len(rollout), dtype=bool)
+    last[order[:-1]] = rollout[order[1:]] != rollout[order[:-1]]
+    return last
+
+
+def graph_distances(
+    group_ids: Any, states: Any, next_states: Any, success: Any
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's state's and next state's distance to success in its group's state graph.
+
+    Every row is a unit edge from its state to its next state, or to the group's success node
+    where ``success`` is set (GraphGPO: the last step of a won episode, whose own terminal
+    state is then not a node). Distances come from one breadth-first search backwards from all
+    success nodes; a node that cannot reach success gets its group's largest finite distance
+    + 1, the success node's 0 included, so a group without success puts every node at 1.
+    """
+    state = as_fingerprints(states)[:, 0]
+    n = len(state)
+    after = as_fingerprints(next_states, n)[:, 0]
+    done = _values(success, "success", n) != 0
+    groups = _codes(group_ids, "group_ids", n)
+    nodes = pair_codes(np.concatenate([groups, groups]), np.concatenate([state, after]))
+    first_success = int(nodes.max(initial=-1)) + 1  # success nodes follow, one per group
+    size = first_success + int(groups.max(initial=-1)) + 1
+    source = nodes[:n]
+    target = np.where(done, first_success + groups, nodes[n:])
+    node_group = np.empty(size, dtype=np.int64)
+    node_group[nodes] = np.concatenate([groups, groups])
+    node_group[first_success:] = np.arange(size - first_success)
+
+    sources = source[np.argsort(target, kind="stable")]  # edges into each node, as a CSR table
+    into = np.bincount(target, minlength=size)
+    first_edge = np.cumsum(into) - into
+    distance = np.full(size, -1, dtype=np.int64)
+    frontier = np.arange(first_success, size)
+    distance[frontier] = 0
+    level = 0
+    while frontier.size:  # one pass per distance: the edges into the frontier, in one gather
+        counts = into[frontier]
+        within = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+        reached = sources[np.repeat(first_edge[frontier], counts) + within]
+        frontier = np.unique(reached[distance[reached] < 0])
+        level += 1
+        distance[frontier] = level
+    far = np.zeros(size - first_success, dtype=np.int64)
+    np.maximum.at(far, node_group, distance)
+    distance = np.where(distance < 0, far[node_group] + 1, distance)
+    return distance[source], distance[target]
+
+
+def graph_returns(
+    rewards: Any,
+    traj_ids: Any,
+    group_ids: Any,
+    states: Any,
+    next_states: Any,
+    gamma: float = 0.1,
+    invalid: Any = None,
+    invalid_penalty: float = 0.1,
+    normalize_distance: bool = False,
+) -> np.ndarray:
+    """GraphGPO's step return: ``10 * gamma ** d(next state)`` in the task group's state graph
+    (``normalize_distance``: ``10 * gamma ** (d(next) - d(state) + 1)``), minus the step's
+    invalid penalty. The env's step rewards only decide which episodes were won (total > 0);
+    see :func:`graph_distances`. ``traj_ids`` must identify rollouts uniquely across the batch.
+    """
+    r = _values(rewards, "rewards")
+    rollout = _codes(traj_ids, "traj_ids", len(r))
+    g = _real(gamma, "gamma", 0.0, 1.0)
+    if normalize_distance and g == 0:
+        raise ValueError("normalize_distance needs gamma > 0 (a step away from success has exponent < 0)")
+    penalty = _penalties(invalid, invalid_penalty, len(r))
+    won = (np.bincount(rollout, weights=r) > 0)[rollout]
+    d_state, d_next = graph_distances(group_ids, states, next_states, won & _last_rows(rollout))
+    exponent = d_next - d_state + 1 if normalize_distance else d_next
+    return GRAPH_RETURN_SCALE * g ** exponent.astype(np.float64) - penalty
 
 
 # ------------------------------------------------------------------------------ clustering
@@ -383,8 +469,10 @@ def gigpo_advantages(
     fingerprints: Any,
     mode: Mode = "mean_std_norm",
     step_weight: float = 1.0,
+    episode_weight: float = 1.0,
 ) -> np.ndarray:
-    """GiGPO: ``A_episode + step_weight * A_step``.
+    """GiGPO: ``episode_weight * A_episode + step_weight * A_step`` (GiGPO's episode weight is 1;
+    GraphGPO's is a setting, and its returns are :func:`graph_returns`).
 
     ``A_step`` normalises the return among the rows of the task group that share the level-0
     fingerprint (unbiased std); a singleton cluster or a missing level 0 gives 0. Only level 0 of
@@ -392,6 +480,7 @@ def gigpo_advantages(
     """
     _check_mode(mode)
     w = _real(step_weight, "step_weight")
+    w_episode = _real(episode_weight, "episode_weight")
     ret = _values(returns, "returns")
     n = len(ret)
     x = _values(scores, "scores", n)
@@ -400,7 +489,9 @@ def gigpo_advantages(
     rows, values = _normalise_clusters(ret, _PairSorter(groups), level0, mode, ddof=1)
     step = np.zeros(n)
     step[rows] = values
-    return _grpo(x, groups, mode) + w * step
+    if w_episode == 0:  # as the recipe, which then skips the episode term
+        return w * step
+    return w_episode * _grpo(x, groups, mode) + w * step
 
 
 def hgpo_advantages(
@@ -452,16 +543,32 @@ def hgpo_advantages(
 
 @dataclass(frozen=True)
 class AdvantageConfig:
-    """Which estimator and its settings; defaults are the paper's (ALFWorld)."""
+    """Which estimator and its settings; defaults are the paper's (ALFWorld).
+
+    An estimator is a pair of choices: the return a step is credited with and how steps are
+    grouped. ``grpo`` normalises the episode score in the task group; ``gigpo`` the discounted
+    return among steps of the task in the same state (plus GRPO's episode term); ``hgpo`` the
+    discounted return at K+1 context levels; ``graphgpo`` is GiGPO's grouping with the graph
+    return (:func:`graph_returns`). ``step_return`` swaps the return of the three stepwise ones,
+    e.g. ``hgpo`` with ``graph``: graph returns under HGPO's context hierarchy.
+    """
 
     estimator: Estimator = "hgpo"
     gamma: float = 0.95
+    """Discount (HGPO and GiGPO: 0.95); for graph returns the base of ``gamma ** distance``
+    (GraphGPO's scripts: 0.1 on ALFWorld, 0.2 on WebShop)."""
     invalid_penalty: float = 0.1
     mode: Mode = "mean_std_norm"
     alpha: float = 1.0
     base_group: bool = False
     weight_offset: float = 2.0
     step_weight: float = 1.0
+    episode_weight: float = 1.0
+    """Weight of the episode (GRPO) term of ``gigpo`` and ``graphgpo``; 0 drops it."""
+    step_return: StepReturn | None = None
+    """``discounted`` or ``graph``; None: the estimator's own (``graph`` for graphgpo)."""
+    normalize_distance: bool = False
+    """Graph returns: ``gamma ** (d(next) - d(state) + 1)`` instead of ``gamma ** d(next)``."""
 
     def __post_init__(self) -> None:
         if self.estimator not in ESTIMATORS:
@@ -471,8 +578,20 @@ class AdvantageConfig:
         _real(self.invalid_penalty, "invalid_penalty", 0.0)
         _real(self.alpha, "alpha")
         _real(self.step_weight, "step_weight")
+        _real(self.episode_weight, "episode_weight")
         if _real(self.weight_offset, "weight_offset") <= 0:
             raise ValueError(f"weight_offset must be > 0, got {self.weight_offset!r}")
+        if self.step_return is not None and self.step_return not in STEP_RETURNS:
+            raise ValueError(f"unknown step_return {self.step_return!r}; expected one of {STEP_RETURNS}")
+        if self.step_return is not None and self.estimator == "grpo":
+            raise ValueError(
+                "grpo credits the episode score; step_return applies to gigpo, hgpo and graphgpo"
+            )
+
+    @property
+    def returns(self) -> StepReturn:
+        """The step return this estimator credits (stepwise estimators only)."""
+        return self.step_return or ("graph" if self.estimator == "graphgpo" else "discounted")
 
 
 def compute_advantages(
@@ -482,11 +601,14 @@ def compute_advantages(
     fingerprints: Any = None,
     invalid: Any = None,
     config: AdvantageConfig = AdvantageConfig(),
+    next_states: Any = None,
 ) -> np.ndarray:
     """Step advantages of a batch from its raw columns, as the trainer calls it.
 
     A rollout is keyed by (group_id, traj_id), so traj ids may restart in every group.
-    ``fingerprints`` may be None for GRPO only.
+    ``fingerprints`` may be None for GRPO only. ``next_states`` (graph returns only) is each
+    step's next-state key: level 0 of the fingerprints the step returned, the terminal
+    observation's for a rollout's last step.
     """
     r = _values(rewards, "rewards")
     groups = _codes(group_ids, "group_ids", len(r))
@@ -497,9 +619,27 @@ def compute_advantages(
         return _grpo(scores, groups, config.mode)
     if fingerprints is None:
         raise ValueError(f"the {config.estimator} estimator needs fingerprints")
-    returns = step_returns(r, rollouts, config.gamma, invalid, config.invalid_penalty)
-    if config.estimator == "gigpo":
-        return gigpo_advantages(returns, scores, groups, fingerprints, config.mode, config.step_weight)
+    fingerprints = as_fingerprints(fingerprints, len(r))
+    if config.returns == "graph":
+        if next_states is None:
+            raise ValueError("graph returns need each step's next-state key (next_states)")
+        returns = graph_returns(
+            r,
+            rollouts,
+            groups,
+            fingerprints[:, 0],
+            next_states,
+            config.gamma,
+            invalid,
+            config.invalid_penalty,
+            config.normalize_distance,
+        )
+    else:
+        returns = step_returns(r, rollouts, config.gamma, invalid, config.invalid_penalty)
+    if config.estimator in ("gigpo", "graphgpo"):
+        return gigpo_advantages(
+            returns, scores, groups, fingerprints, config.mode, config.step_weight, config.episode_weight
+        )
     return hgpo_advantages(
         returns,
         groups,

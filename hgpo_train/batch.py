@@ -77,6 +77,9 @@ class StepBatch:
     """bool (n,): the response was not a valid admissible action."""
     fingerprints: np.ndarray
     """uint64 (n, K+1): context fingerprints, 0 where the level is not shown."""
+    next_state: np.ndarray
+    """uint64 (n,): level 0 of the fingerprints the step returned, the key of the state it led to
+    (the terminal observation's on a rollout's last step); graph returns read it."""
     prompt_ids: list[np.ndarray]
     response_ids: list[np.ndarray]
     choices: list[Choices | None]
@@ -94,6 +97,7 @@ class StepBatch:
             "reward": self.reward,
             "invalid": self.invalid,
             "fingerprints": self.fingerprints,
+            "next_state": self.next_state,
             "prompt_ids": self.prompt_ids,
             "response_ids": self.response_ids,
             "choices": self.choices,

@@ -342,6 +342,8 @@ def check_env_name(name: str) -> None:
 def _type_name(tp: Any) -> str:
     if typing.get_origin(tp) is Literal:
         return "|".join(str(a) for a in typing.get_args(tp))
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return "|".join("null" if a is type(None) else _type_name(a) for a in typing.get_args(tp))
     if isinstance(tp, type) and not typing.get_args(tp):
         return tp.__name__
     return str(tp).replace("typing.", "")
@@ -593,14 +595,14 @@ def describe_options() -> str:
 
 
 ADVANTAGE_DOCS = {
-    "estimator": "grpo (episode level), gigpo (episode + level-0 step groups) or hgpo (K+1 context levels).",
-    "gamma": "Discount of step returns.",
+    "estimator": "grpo (episode level), gigpo (episode + level-0 step groups), hgpo (K+1 context levels) "
+    "or graphgpo (gigpo's groups, distance-to-success returns in the task's state graph).",
     "invalid_penalty": "Subtracted from the return of a step whose response was invalid.",
     "mode": "mean_norm or mean_std_norm inside groups (paper: ALFWorld mean_std_norm, WebShop mean_norm).",
     "alpha": "HGPO level weights grow as L**alpha (0: uniform).",
     "base_group": "HGPO: add the episode-level (GRPO) item to every row.",
     "weight_offset": "HGPO: level k has length L = k + weight_offset (released code: 2).",
-    "step_weight": "GiGPO: weight of the step-level advantage.",
+    "step_weight": "GiGPO and GraphGPO: weight of the step-level advantage.",
 }
 """Help lines of :class:`~hgpo_train.advantage.AdvantageConfig`, whose fields carry no docstrings."""
 

@@ -132,6 +132,9 @@ class EpisodeStep(Generic[R]):
     reward: float
     invalid: bool
     """The response was not a valid admissible action (an env failure is not counted as invalid)."""
+    next_state: int = 0
+    """Level 0 of the fingerprints the step returned: the key of the state it led to (the terminal
+    observation's on a last step; 0 where the env failed)."""
 
 
 @dataclass
@@ -187,6 +190,7 @@ def play_episodes(
                     response,
                     float(result.reward),
                     not failed and not result.info.get("action_valid", False),
+                    int(result.info["fingerprints"][0]) if "fingerprints" in result.info else 0,
                 )
             )
             prompts[i], infos[i] = result.obs, result.info
@@ -201,8 +205,9 @@ def play_episodes(
 
 def step_columns(episodes: Sequence[Episode[Any]]) -> dict[str, np.ndarray]:
     """The advantage estimators' input columns of ``episodes``, one row per step in episode order:
-    ``group_id``, ``traj_id`` (the member), ``step``, ``reward``, ``invalid`` and ``fingerprints``
-    (uint64, n x (K+1)); pass them to :func:`hgpo_train.advantage.compute_advantages`."""
+    ``group_id``, ``traj_id`` (the member), ``step``, ``reward``, ``invalid``, ``fingerprints``
+    (uint64, n x (K+1)) and ``next_state`` (uint64, the key of the state each step led to); pass
+    them to :func:`hgpo_train.advantage.compute_advantages`."""
     steps = [(e, k, s) for e in episodes for k, s in enumerate(e.steps)]
     levels = len(steps[0][2].fingerprints) if steps else 1
     return {
@@ -212,6 +217,7 @@ def step_columns(episodes: Sequence[Episode[Any]]) -> dict[str, np.ndarray]:
         "reward": np.array([s.reward for _, _, s in steps], dtype=np.float64),
         "invalid": np.array([s.invalid for _, _, s in steps], dtype=bool),
         "fingerprints": np.array([s.fingerprints for _, _, s in steps], dtype=np.uint64).reshape(-1, levels),
+        "next_state": np.array([s.next_state for _, _, s in steps], dtype=np.uint64),
     }
 
 

@@ -178,6 +178,7 @@ class Trainer:
             batch.fingerprints,
             batch.invalid,
             self.config.advantage,
+            next_states=batch.next_state,
         )
         advantage_s = time.perf_counter() - start
 

@@ -287,6 +287,7 @@ class HGPOTrainer(GRPOTrainer):
             merged["fingerprints"],
             merged["invalid"],
             self.advantage,
+            next_states=merged["next_state"],
         )
         start = sum(len(c["reward"]) for c in every[: self.accelerator.process_index])
         return advantages[start : start + len(columns["reward"])], advantages

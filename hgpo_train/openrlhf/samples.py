@@ -48,7 +48,7 @@ class StepTable:
         """The shared GRPO/GiGPO/HGPO advantages of the StepBatch rows (cached)."""
         b = self.batch
         self.row_advantages = compute_advantages(
-            b.reward, b.traj_id, b.group_id, b.fingerprints, b.invalid, config
+            b.reward, b.traj_id, b.group_id, b.fingerprints, b.invalid, config, next_states=b.next_state
         )
         return self.row_advantages
 
