@@ -2,6 +2,10 @@
 
     python benchmarks/advantage_speed.py [--rows 1000000] [--levels 4] [--seed 0]
 
+HGPO is compared with a dict of clusters and numpy per cluster; GraphGPO with a loop written the
+way its recipe computes it, per task group (a dict graph, a breadth-first search from success,
+each trajectory's returns) and per step group; both must agree with the vectorised ones.
+
 Synthetic batches shaped like the paper's: 16 task groups of 8 rollouts each, repeated (with
 new group ids) until --rows step rows. Each group walks a small random state graph from one
 initial state, so its rollouts share early states, diverge and revisit states; the level-k key of
@@ -14,14 +18,17 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
 
 import numpy as np
 
 from hgpo_train.advantage import (
+    AdvantageConfig,
+    compute_advantages,
     episode_scores,
     gigpo_advantages,
+    graph_returns,
     grpo_advantages,
     hgpo_advantages,
     step_returns,
@@ -43,7 +50,8 @@ def _mix(x: np.ndarray) -> np.ndarray:
 def synthetic_batch(
     rows: int, levels: int, seed: int, max_steps: int = 50, states: int = 24, branching: int = 3
 ) -> dict[str, np.ndarray]:
-    """Columns group_id, traj_id, reward, invalid, fingerprints ((rows, levels+1) uint64)."""
+    """Columns group_id, traj_id, reward, invalid, fingerprints ((rows, levels+1) uint64) and
+    next_state (the level-0 key of the state each step led to)."""
     rng = np.random.default_rng(seed)
     batches = -(-rows // (GROUPS_PER_BATCH * ROLLOUTS_PER_GROUP * 10))  # enough at >= 10 steps a rollout
     n_groups = GROUPS_PER_BATCH * batches
@@ -69,6 +77,9 @@ def synthetic_batch(
         h = _mix(h[:, 1:] ^ (_mix(walk[:, :-k].astype(np.uint64) + np.uint64(k)) * np.uint64(31)))
         keys[k, :, k:] = np.maximum(h, 1)
 
+    after = np.empty_like(keys[0])  # the state each step led to; past the horizon a state of its own
+    after[:, :-1] = keys[0][:, 1:]
+    after[:, -1] = np.maximum(_mix(walk[:, -1].astype(np.uint64) + np.uint64(states + 1)), 1)
     step = np.arange(max_steps)
     mask = step[None, :] < length[:, None]
     reward = np.where(won[:, None] & (step[None, :] == length[:, None] - 1), 10.0, 0.0)
@@ -78,6 +89,7 @@ def synthetic_batch(
         "reward": reward[mask],
         "invalid": invalid[mask].astype(np.float64),
         "fingerprints": keys.transpose(1, 2, 0)[mask],
+        "next_state": after[mask],
     }
     return {name: col[:rows] for name, col in cols.items()}
 
@@ -110,6 +122,70 @@ def straightforward_hgpo(
         num[idx[keep]] += (k + weight_offset) ** alpha * a[keep]
         den[idx[keep]] += (k + weight_offset) ** alpha
     return num / (den + 1e-6)
+
+
+def straightforward_graphgpo(
+    rewards: np.ndarray,
+    traj_ids: np.ndarray,
+    group_ids: np.ndarray,
+    states: np.ndarray,
+    next_states: np.ndarray,
+    invalid: np.ndarray,
+    mode: str,
+    gamma: float = 0.1,
+) -> np.ndarray:
+    """GraphGPO as its recipe computes it: a graph and a search per task group, returns per
+    trajectory, then GiGPO's normalisation per step group and per task group, in Python loops."""
+    rows_of: dict[int, list[int]] = defaultdict(list)
+    for i, t in enumerate(traj_ids.tolist()):
+        rows_of[t].append(i)
+    totals = {t: float(rewards[rows].sum()) for t, rows in rows_of.items()}
+    after = [("s", int(x)) for x in next_states.tolist()]
+    for t, rows in rows_of.items():
+        if totals[t] > 0:
+            after[rows[-1]] = ("success",)
+    before = [("s", int(x)) for x in states.tolist()]
+    into: dict[int, dict] = defaultdict(lambda: defaultdict(set))
+    nodes: dict[int, set] = defaultdict(set)
+    for i, g in enumerate(group_ids.tolist()):
+        into[g][after[i]].add(before[i])
+        nodes[g].update((before[i], after[i]))
+    distance: dict[int, dict] = {}
+    for g, graph in into.items():
+        d = {("success",): 0}
+        queue = deque([("success",)])
+        while queue:
+            node = queue.popleft()
+            for previous in graph.get(node, ()):
+                if previous not in d:
+                    d[previous] = d[node] + 1
+                    queue.append(previous)
+        far = max(d.values())
+        distance[g] = {node: d.get(node, far + 1) for node in nodes[g]}
+    returns = (
+        np.array([10 * gamma ** distance[g][after[i]] for i, g in enumerate(group_ids.tolist())])
+        - 0.1 * invalid
+    )
+    scores = np.array([totals[t] for t in traj_ids.tolist()]) - 0.1 * invalid
+
+    def normalise(values: np.ndarray, keys: list, alone: Callable[[float], float]) -> np.ndarray:
+        members: dict = defaultdict(list)
+        for i, key in enumerate(keys):
+            members[key].append(i)
+        out = np.zeros(len(values))
+        for idx in members.values():
+            x = values[idx]
+            if len(idx) == 1:
+                out[idx] = alone(x[0])
+                continue
+            a = x - x.mean()
+            out[idx] = a / (x.std(ddof=1) + 1e-6) if mode == "mean_std_norm" else a
+        return out
+
+    groups = group_ids.tolist()
+    step = normalise(returns, list(zip(groups, states.tolist())), lambda x: 0.0)
+    episode_alone = (lambda x: x / (1 + 1e-6)) if mode == "mean_std_norm" else (lambda x: x)  # mean 0, std 1
+    return step + normalise(scores, groups, episode_alone)
 
 
 def timed(fn: Callable[[], np.ndarray], repeats: int) -> tuple[float, float, np.ndarray]:
@@ -155,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
 
     returns = step_returns(b["reward"], b["traj_id"], invalid=b["invalid"])
     scores = episode_scores(b["reward"], b["traj_id"], invalid=b["invalid"])
+    graphgpo = AdvantageConfig(estimator="graphgpo", gamma=0.1, mode=args.mode)
     runs = {
         "step_returns": lambda: step_returns(b["reward"], b["traj_id"], invalid=b["invalid"]),
         "grpo_advantages": lambda: grpo_advantages(scores, b["group_id"], args.mode),
@@ -162,6 +239,24 @@ def main(argv: list[str] | None = None) -> int:
             returns, scores, b["group_id"], b["fingerprints"], args.mode
         ),
         "hgpo_advantages": lambda: hgpo_advantages(returns, b["group_id"], b["fingerprints"], args.mode),
+        "graph_returns": lambda: graph_returns(
+            b["reward"],
+            b["traj_id"],
+            b["group_id"],
+            b["fingerprints"][:, 0],
+            b["next_state"],
+            0.1,
+            b["invalid"],
+        ),
+        "graphgpo": lambda: compute_advantages(
+            b["reward"],
+            b["traj_id"],
+            b["group_id"],
+            b["fingerprints"],
+            b["invalid"],
+            graphgpo,
+            b["next_state"],
+        ),
     }
     print(f"{'':>18}  {'wall':>8}  {'cpu':>8}")
     for name, run in runs.items():
@@ -177,6 +272,30 @@ def main(argv: list[str] | None = None) -> int:
     scope += ", shuffled" if args.shuffle_rows else ""
     print(f"straightforward hgpo on {scope}: {slow_wall:.3f}s wall, {slow_cpu:.3f}s cpu")
     print(f"vectorised hgpo on the same rows: {fast_wall:.3f}s wall, {fast_cpu:.3f}s cpu")
+    print(f"speed-up: {slow_wall / fast_wall:.1f}x wall, {slow_cpu / fast_cpu:.1f}x cpu")
+    max_diff = float(np.abs(fast - slow).max(initial=0.0))
+    if not np.allclose(fast, slow, rtol=0.0, atol=1e-9):
+        print(f"MISMATCH: max |difference| {max_diff:.2e}")
+        return 1
+    print(f"results agree: max |difference| {max_diff:.2e}")
+
+    cols = {k: v[rows] for k, v in b.items()}
+    fast_wall, fast_cpu, fast = timed(
+        lambda: compute_advantages(
+            cols["reward"], cols["traj_id"], cols["group_id"], cols["fingerprints"], cols["invalid"],
+            graphgpo, cols["next_state"],
+        ),
+        args.repeats,
+    )  # fmt: skip
+    slow_wall, slow_cpu, slow = timed(
+        lambda: straightforward_graphgpo(
+            cols["reward"], cols["traj_id"], cols["group_id"], cols["fingerprints"][:, 0],
+            cols["next_state"], cols["invalid"], args.mode,
+        ),
+        1,
+    )  # fmt: skip
+    print(f"per-group graphgpo on {scope}: {slow_wall:.3f}s wall, {slow_cpu:.3f}s cpu")
+    print(f"vectorised graphgpo on the same rows: {fast_wall:.3f}s wall, {fast_cpu:.3f}s cpu")
     print(f"speed-up: {slow_wall / fast_wall:.1f}x wall, {slow_cpu / fast_cpu:.1f}x cpu")
     max_diff = float(np.abs(fast - slow).max(initial=0.0))
     if not np.allclose(fast, slow, rtol=0.0, atol=1e-9):

@@ -1,4 +1,4 @@
-"""How close GRPO, GiGPO and HGPO step advantages come to the true advantage, on HGPO-Rooms-v0.
+"""How close GRPO, GiGPO, HGPO and GraphGPO step advantages come to the true advantage, on HGPO-Rooms-v0.
 
     python benchmarks/estimator_bias.py [--seeds 5] [--groups 16] [--continuations 32] [--quick]
 
@@ -22,7 +22,10 @@ the same rollouts. MSE and bias (mean signed error, estimate - truth) use ``mean
 only mode on the scale of Q - V; Spearman rank correlation is given for both modes. The
 *systematic MSE* feeds each estimator the expected returns (from the Q continuations) instead of
 the sampled ones, which leaves the error of its baseline. ``A = 0`` is the reference that
-predicts no advantage at all. Every number is the mean ± std over seeds of a statistic over all
+predicts no advantage at all. GraphGPO and HGPO with graph returns credit a step with
+``10 * 0.1 ** distance-to-success`` in the task's state graph, not with the discounted return the
+truth is measured in: their MSE is on another scale (shown, not comparable) and they have no
+systematic MSE; their Spearman is comparable. Every number is the mean ± std over seeds of a statistic over all
 steps of the seed's batch. ``--quick`` is a smoke run (seconds) that writes no files.
 """
 
@@ -49,6 +52,7 @@ from hgpo_train.advantage import (
     AdvantageConfig,
     episode_scores,
     gigpo_advantages,
+    graph_returns,
     grpo_advantages,
     hgpo_advantages,
     level_clusters,
@@ -58,6 +62,8 @@ from hgpo_train.diagnostics import grouping_diagnostics
 
 GAMMA = 0.95
 INVALID_PENALTY = 0.1
+GRAPH_GAMMA = 0.1
+"""Base of GraphGPO's ``gamma ** distance`` (its recipe's ALFWorld setting)."""
 GROUP_SIZE = 8
 MAX_STEPS = 15
 """Step limit; with the default Rooms difficulty the policy wins about half its episodes."""
@@ -116,6 +122,8 @@ class Batch:
     reward: list[float] = field(default_factory=list)
     invalid: list[bool] = field(default_factory=list)
     state_text: list[str] = field(default_factory=list)
+    next_state_text: list[str] = field(default_factory=list)
+    """The state text the step led to (the terminal observation's on a last step)."""
     action: list[str | None] = field(default_factory=list)
     wrapper_fingerprints: list[tuple[int, ...]] = field(default_factory=list)
     truth: list[Truth] = field(default_factory=list)
@@ -235,6 +243,7 @@ def collect_group(
             batch.reward.append(float(reward))
             batch.invalid.append(not info["action_valid"])
             batch.action.append(info["parsed_action"])
+            batch.next_state_text.append(info["state_text"])
             if terminated or truncated:
                 break
 
@@ -274,12 +283,25 @@ def level_fingerprints(batch: Batch, levels: int, mode: str) -> np.ndarray:
     return np.array(rows, dtype=np.uint64).reshape(len(rows), levels + 1)
 
 
+def next_state_keys(batch: Batch, mode: str) -> np.ndarray:
+    """Level-0 keys of the states the steps led to, as the wrapper's level 0 in ``mode``."""
+    fingerprinter = Fingerprinter(RoomsEnv.env_family, mode)
+    return np.array([fingerprinter.state(text) for text in batch.next_state_text], dtype=np.uint64)
+
+
 def estimator_configs() -> dict[str, tuple[AdvantageConfig, int, str]]:
     """Row name -> (config in mean_norm, K, fingerprint mode) for every estimator in the table."""
     base = {"gamma": GAMMA, "invalid_penalty": INVALID_PENALTY, "mode": "mean_norm"}
+    graph = {**base, "gamma": GRAPH_GAMMA}
     rows = {
         "GRPO": (AdvantageConfig("grpo", **base), 0, FINGERPRINT_MODES[0]),
         "GiGPO": (AdvantageConfig("gigpo", **base), 0, FINGERPRINT_MODES[0]),
+        "GraphGPO": (AdvantageConfig("graphgpo", **graph), 0, FINGERPRINT_MODES[0]),
+        "HGPO K=2 α=1 + graph returns": (
+            AdvantageConfig("hgpo", step_return="graph", **graph),
+            2,
+            FINGERPRINT_MODES[0],
+        ),
     }
     for mode in FINGERPRINT_MODES:
         for levels in LEVELS:
@@ -295,8 +317,10 @@ def estimate(
     """``config``'s advantages from given returns and episode scores (sampled or expected)."""
     if config.estimator == "grpo":
         return grpo_advantages(scores, groups, config.mode)
-    if config.estimator == "gigpo":
-        return gigpo_advantages(returns, scores, groups, fp, config.mode, config.step_weight)
+    if config.estimator in ("gigpo", "graphgpo"):
+        return gigpo_advantages(
+            returns, scores, groups, fp, config.mode, config.step_weight, config.episode_weight
+        )
     return hgpo_advantages(
         returns, groups, fp, config.mode, config.alpha, config.base_group, scores, config.weight_offset
     )
@@ -346,15 +370,23 @@ def score_estimators(
     rows = {"A = 0 (reference)": {"mse": zero, "systematic_mse": zero, "bias": 0.0}}
     for name, (config, levels, mode) in estimator_configs().items():
         fp = fingerprints[levels, mode]
-        advantages = estimate(config, *sampled, groups, fp)
+        returns = sampled[0]
+        if config.returns == "graph":  # no expected version: the graph is the batch's own
+            after = next_state_keys(batch, mode)
+            returns = graph_returns(
+                reward, traj, groups, fp[:, 0], after, config.gamma, invalid, INVALID_PENALTY
+            )
+        advantages = estimate(config, returns, sampled[1], groups, fp)
         error = advantages - truth
+        systematic = estimate(config, *expected, groups, fp) if config.returns != "graph" else None
         rows[name] = {
             "mse": float(np.mean(error**2)),
-            "systematic_mse": float(np.mean((estimate(config, *expected, groups, fp) - truth) ** 2)),
+            "systematic_mse": float(np.mean((systematic - truth) ** 2)) if systematic is not None else np.nan,
             "bias": float(np.mean(error)),
             "spearman": spearman(advantages, truth),
             "spearman_std": spearman(
-                estimate(dataclasses.replace(config, mode="mean_std_norm"), *sampled, groups, fp), truth
+                estimate(dataclasses.replace(config, mode="mean_std_norm"), returns, sampled[1], groups, fp),
+                truth,
             ),
         }
     return rows

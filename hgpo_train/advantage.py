@@ -440,11 +440,6 @@ def hgpo_level_items(
 # ------------------------------------------------------------------------------ estimators
 
 
-def _row_sums(rows: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
-    """Sum of ``values`` per row index, float64 for all n rows (bincount of nothing is int64)."""
-    return np.bincount(rows, weights=values, minlength=n).astype(np.float64, copy=False)
-
-
 def _grpo(scores: np.ndarray, groups: np.ndarray, mode: str) -> np.ndarray:
     a = _normalise(scores, groups, mode, ddof=1)
     single = (np.bincount(groups) == 1)[groups]  # released code: mean 0, std 1
@@ -526,15 +521,12 @@ def hgpo_advantages(
     if base_group:
         items.append((np.arange(len(ret)), _grpo(_values(scores, "scores", len(ret)), groups, mode)))
         lengths.append(1)
-    kept_rows, weighted, weights = [], [], []  # every kept item
-    for (rows, values), length in zip(items, lengths):
+    num, den = np.zeros(len(ret)), np.zeros(len(ret))
+    for (rows, values), length in zip(items, lengths):  # a row appears once per level at most
         kept = np.abs(values) > ZERO_TOL
-        kept_rows.append(rows[kept])
-        weighted.append(length**a * values[kept])
-        weights.append(np.full(kept.sum(), length**a))
-    rows = np.concatenate(kept_rows)
-    num = _row_sums(rows, np.concatenate(weighted), len(ret))
-    den = _row_sums(rows, np.concatenate(weights), len(ret))
+        weight = length**a
+        num[rows[kept]] += weight * values[kept]  # level by level, as a per-row sum would add
+        den[rows[kept]] += weight
     return num / (den + EPS)
 
 
