@@ -19,8 +19,10 @@ result as contiguous ones.
 from __future__ import annotations
 
 import math
+import os
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -39,6 +41,8 @@ EPS = 1e-6
 """Added to the std and to the weight sum, as in the released code."""
 ZERO_TOL = 1e-6
 """An HGPO item with ``|a| <= ZERO_TOL`` counts as zero and is dropped (spec, HGPO step 4)."""
+PARALLEL_ROWS = 100_000
+"""From this many rows, HGPO's levels run on threads (below, starting them costs more)."""
 
 # Odd 64-bit constant (2**64 / golden ratio): multiplying by it carries a key's low bits upwards.
 _SPREAD = np.uint64(0x9E3779B97F4A7C15)
@@ -416,6 +420,35 @@ def _level_items(
         yield _normalise_clusters(x, sorter, np.ascontiguousarray(keys), mode, ddof=0)
 
 
+def _weighted_level_sums(
+    x: np.ndarray, groups: np.ndarray, fp: np.ndarray, mode: str, weights: list[float]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the sum over levels of ``weights[k] * item`` and of ``weights[k]``, kept items only.
+
+    Levels are independent and numpy's sorts, reductions and scatters release the GIL, so a
+    large batch computes each level's dense contribution on a thread (one per core); the sums
+    still add the levels in order, so the result does not depend on the threads.
+    """
+    sorter = _PairSorter(groups)
+    n = len(x)
+
+    def level(k: int) -> tuple[np.ndarray, np.ndarray]:
+        rows, values = _normalise_clusters(x, sorter, np.ascontiguousarray(fp[:, k]), mode, ddof=0)
+        kept = np.abs(values) > ZERO_TOL
+        num, den = np.zeros(n), np.zeros(n)
+        num[rows[kept]] = weights[k] * values[kept]
+        den[rows[kept]] = weights[k]
+        return num, den
+
+    workers = min(fp.shape[1], os.cpu_count() or 1)
+    num, den = np.zeros(n), np.zeros(n)
+    with ThreadPoolExecutor(workers if n >= PARALLEL_ROWS else 1) as pool:
+        for level_num, level_den in pool.map(level, range(fp.shape[1])):
+            num += level_num
+            den += level_den
+    return num, den
+
+
 def hgpo_level_items(
     returns: Any, clusters: np.ndarray, mode: Mode = "mean_std_norm"
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -516,17 +549,13 @@ def hgpo_advantages(
     if base_group and scores is None:
         raise ValueError("base_group=True needs the episode scores")
 
-    items = list(_level_items(ret, groups, fp, mode))
-    lengths = [k + offset for k in range(len(items))]
-    if base_group:
-        items.append((np.arange(len(ret)), _grpo(_values(scores, "scores", len(ret)), groups, mode)))
-        lengths.append(1)
-    num, den = np.zeros(len(ret)), np.zeros(len(ret))
-    for (rows, values), length in zip(items, lengths):  # a row appears once per level at most
-        kept = np.abs(values) > ZERO_TOL
-        weight = length**a
-        num[rows[kept]] += weight * values[kept]  # level by level, as a per-row sum would add
-        den[rows[kept]] += weight
+    weights = [(k + offset) ** a for k in range(fp.shape[1])]
+    num, den = _weighted_level_sums(ret, groups, fp, mode, weights)
+    if base_group:  # the base item, length 1, after the levels
+        base = _grpo(_values(scores, "scores", len(ret)), groups, mode)
+        kept = np.abs(base) > ZERO_TOL
+        num[kept] += base[kept]
+        den[kept] += 1.0
     return num / (den + EPS)
 
 
