@@ -1,4 +1,4 @@
-"""Does HGPO learn better where contexts disagree? GRPO, GiGPO and HGPO on Rooms, same seeds.
+"""Does HGPO learn better where contexts disagree? GRPO, GiGPO, HGPO and GraphGPO on Rooms, same seeds.
 
     python scripts/estimator_study.py                      # every run, then the table and plot
     python scripts/estimator_study.py --seeds 0 1 2 3      # fewer seeds (the summary says how many)
@@ -8,7 +8,9 @@ Everything below was fixed before any run; every other hyper-parameter is config
 (tiny model from scratch, constrained decoding, small houses) and the same for every condition.
 
 * ``hidden`` (Rooms as it is: what the agent carries is not shown, so equal observations follow
-  different histories): K = 2 with GRPO, GiGPO and HGPO; K = 4 with GiGPO and HGPO. The prompt
+  different histories): K = 2 with GRPO, GiGPO, HGPO, GraphGPO and HGPO with graph returns
+  (``hgpo_graph``; both graph estimators with gamma 0.1, added after the first five); K = 4 with
+  GiGPO and HGPO. The prompt
   shows the last K steps for every estimator of that K.
 * ``shown`` (control: room descriptions end with what the agent carries, so the observation
   reveals the state that history otherwise hides): K = 2 with GiGPO and HGPO.
@@ -53,7 +55,22 @@ ITERATIONS = 50
 EVAL_EVERY = 10
 EVAL_TASKS = 64
 BOOTSTRAP = 10_000
-COLOURS = {"grpo": "tab:blue", "gigpo": "tab:orange", "hgpo": "tab:green"}
+COLOURS = {
+    "grpo": "tab:blue",
+    "gigpo": "tab:orange",
+    "hgpo": "tab:green",
+    "graphgpo": "tab:red",
+    "hgpo_graph": "tab:purple",
+}
+GRAPH_RETURNS = ["advantage.gamma=0.1"]
+"""Graph returns' base, as GraphGPO's recipe sets it for ALFWorld."""
+ESTIMATORS = {  # condition name: (advantage.estimator, its other overrides)
+    "grpo": ("grpo", []),
+    "gigpo": ("gigpo", []),
+    "hgpo": ("hgpo", []),
+    "graphgpo": ("graphgpo", GRAPH_RETURNS),
+    "hgpo_graph": ("hgpo", ["advantage.step_return=graph", *GRAPH_RETURNS]),
+}
 COMMON = [
     f"train.eval_every={EVAL_EVERY}",
     f"train.save_every={EVAL_EVERY}",
@@ -78,15 +95,24 @@ class Condition:
     def baseline(self) -> Condition:
         return Condition(self.setting, self.k, "gigpo")
 
+    @property
+    def estimator(self) -> str:
+        return ESTIMATORS[self.name][0]
+
     def overrides(self, iterations: int) -> list[str]:
-        out = [*COMMON, f"train.iterations={iterations}", f"env.history_length={self.k}"]
+        out = [
+            *COMMON,
+            f"train.iterations={iterations}",
+            f"env.history_length={self.k}",
+            *ESTIMATORS[self.name][1],
+        ]
         if self.setting == "shown":
             out.append("env.kwargs={show_carried: true}")
         return out
 
 
 CONDITIONS = [
-    *(Condition("hidden", 2, name) for name in ("grpo", "gigpo", "hgpo")),
+    *(Condition("hidden", 2, name) for name in ("grpo", "gigpo", "hgpo", "graphgpo", "hgpo_graph")),
     *(Condition("hidden", 4, name) for name in ("gigpo", "hgpo")),
     *(Condition("shown", 2, name) for name in ("gigpo", "hgpo")),
 ]
@@ -253,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
             records = finished(path, args.iterations)
             if records is None and not args.summary_only:
                 overrides = [*condition.overrides(args.iterations), f"train.seed={seed}"]
-                train(CONFIG, condition.name, str(path), overrides)
+                train(CONFIG, condition.estimator, str(path), overrides)
                 records = finished(path, args.iterations)
             if records is not None:
                 runs.setdefault(condition.label, {})[seed] = run_summary(records, condition.k)
