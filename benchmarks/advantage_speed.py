@@ -265,44 +265,64 @@ def main(argv: list[str] | None = None) -> int:
 
     m = min(args.reference_rows or n, n)
     rows = np.random.default_rng(args.seed).permutation(m) if args.shuffle_rows else slice(m)
-    cols = (returns[rows], b["group_id"][rows], b["fingerprints"][rows])
-    fast_wall, fast_cpu, fast = timed(lambda: hgpo_advantages(*cols, args.mode), args.repeats)
-    slow_wall, slow_cpu, slow = timed(lambda: straightforward_hgpo(*cols, args.mode), 1)
     scope = "all rows" if m == n else f"a PREFIX of {m} rows only"
     scope += ", shuffled" if args.shuffle_rows else ""
-    print(f"straightforward hgpo on {scope}: {slow_wall:.3f}s wall, {slow_cpu:.3f}s cpu")
-    print(f"vectorised hgpo on the same rows: {fast_wall:.3f}s wall, {fast_cpu:.3f}s cpu")
-    print(f"speed-up: {slow_wall / fast_wall:.1f}x wall, {slow_cpu / fast_cpu:.1f}x cpu")
-    max_diff = float(np.abs(fast - slow).max(initial=0.0))
-    if not np.allclose(fast, slow, rtol=0.0, atol=1e-9):
-        print(f"MISMATCH: max |difference| {max_diff:.2e}")
-        return 1
-    print(f"results agree: max |difference| {max_diff:.2e}")
-
-    cols = {k: v[rows] for k, v in b.items()}
-    fast_wall, fast_cpu, fast = timed(
-        lambda: compute_advantages(
-            cols["reward"], cols["traj_id"], cols["group_id"], cols["fingerprints"], cols["invalid"],
-            graphgpo, cols["next_state"],
+    c = {k: v[rows] for k, v in b.items()}
+    ret = returns[rows]
+    comparisons = {
+        "hgpo": (
+            "straightforward",
+            lambda: hgpo_advantages(ret, c["group_id"], c["fingerprints"], args.mode),
+            lambda: straightforward_hgpo(ret, c["group_id"], c["fingerprints"], args.mode),
         ),
-        args.repeats,
-    )  # fmt: skip
-    slow_wall, slow_cpu, slow = timed(
-        lambda: straightforward_graphgpo(
-            cols["reward"], cols["traj_id"], cols["group_id"], cols["fingerprints"][:, 0],
-            cols["next_state"], cols["invalid"], args.mode,
+        "graphgpo": (
+            "per-group",
+            lambda: compute_advantages(
+                c["reward"],
+                c["traj_id"],
+                c["group_id"],
+                c["fingerprints"],
+                c["invalid"],
+                graphgpo,
+                c["next_state"],
+            ),
+            lambda: straightforward_graphgpo(
+                c["reward"],
+                c["traj_id"],
+                c["group_id"],
+                c["fingerprints"][:, 0],
+                c["next_state"],
+                c["invalid"],
+                args.mode,
+            ),
         ),
-        1,
-    )  # fmt: skip
-    print(f"per-group graphgpo on {scope}: {slow_wall:.3f}s wall, {slow_cpu:.3f}s cpu")
-    print(f"vectorised graphgpo on the same rows: {fast_wall:.3f}s wall, {fast_cpu:.3f}s cpu")
-    print(f"speed-up: {slow_wall / fast_wall:.1f}x wall, {slow_cpu / fast_cpu:.1f}x cpu")
-    max_diff = float(np.abs(fast - slow).max(initial=0.0))
-    if not np.allclose(fast, slow, rtol=0.0, atol=1e-9):
-        print(f"MISMATCH: max |difference| {max_diff:.2e}")
-        return 1
-    print(f"results agree: max |difference| {max_diff:.2e}")
+    }
+    for name, (baseline, fast_run, slow_run) in comparisons.items():
+        if not compare(name, baseline, scope, fast_run, slow_run, args.repeats):
+            return 1
     return 0
+
+
+def compare(
+    name: str,
+    baseline: str,
+    scope: str,
+    fast_run: Callable[[], np.ndarray],
+    slow_run: Callable[[], np.ndarray],
+    repeats: int,
+) -> bool:
+    """Time both on the same rows, print the speed-up, and whether their results agree to 1e-9."""
+    fast_wall, fast_cpu, fast = timed(fast_run, repeats)
+    slow_wall, slow_cpu, slow = timed(slow_run, 1)
+    print(f"{baseline} {name} on {scope}: {slow_wall:.3f}s wall, {slow_cpu:.3f}s cpu")
+    print(f"vectorised {name} on the same rows: {fast_wall:.3f}s wall, {fast_cpu:.3f}s cpu")
+    print(f"speed-up: {slow_wall / fast_wall:.1f}x wall, {slow_cpu / fast_cpu:.1f}x cpu")
+    max_diff = float(np.abs(fast - slow).max(initial=0.0))
+    if not np.allclose(fast, slow, rtol=0.0, atol=1e-9):
+        print(f"MISMATCH: max |difference| {max_diff:.2e}")
+        return False
+    print(f"results agree: max |difference| {max_diff:.2e}")
+    return True
 
 
 if __name__ == "__main__":
