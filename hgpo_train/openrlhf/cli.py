@@ -162,7 +162,7 @@ def ray_init_kwargs(config: Config, cluster: OpenRLHFConfig) -> dict[str, Any]:
         runtime_env["worker_process_setup_hook"] = cpu.SETUP_HOOK
         if not cluster.ray_address:
             cpus = max(os.cpu_count() or 1, required_cpus(config, cluster))
-            kwargs = cpu.ray_init_kwargs(required_gpus(config, cluster), cpus)
+            kwargs = cpu.logical_gpu_cluster(required_gpus(config, cluster), cpus)
     runtime_env["env_vars"] = {k: os.environ.get(k, v) for k, v in env_vars.items()}
     if cluster.ray_address:  # other nodes import the envs and the trainer from the driver's copy
         runtime_env["py_modules"] = [hgpo_env, hgpo_train]

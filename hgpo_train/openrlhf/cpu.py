@@ -303,7 +303,7 @@ def install_driver() -> None:
         vllm_engine._hgpo_cpu_mode = True
 
 
-def ray_init_kwargs(gpus: int, cpus: int) -> dict[str, Any]:
+def logical_gpu_cluster(gpus: int, cpus: int) -> dict[str, Any]:
     """``ray.init`` arguments of a local CPU cluster: Ray's logical GPUs stand in for the GPUs.
 
     OpenRLHF's placement groups ask for ``GPU`` bundles (vllm_engine.py:249, launcher.py:245-287);
