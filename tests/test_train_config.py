@@ -10,10 +10,9 @@ import yaml
 from hgpo_train.__main__ import build_parser, main
 from hgpo_train.config import ConfigError, describe_options, load_config
 
+REPO = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(
-    p
-    for p in (Path(__file__).resolve().parents[1] / "configs").glob("*.yaml")
-    if not p.name.startswith("openrlhf_")
+    p for p in (REPO / "configs").glob("*.yaml") if not p.name.startswith("openrlhf_")
 )  # those add an openrlhf: section (tests/test_openrlhf.py)
 
 
@@ -110,7 +109,7 @@ def test_shipped_configs_cover_the_paper_settings():
             for k in (2, 4):
                 assert f"{env}_{model}_k{k}.yaml" in names
     for path in CONFIGS:
-        if path.name.startswith(("alfworld_qwen", "webshop_qwen")):
+        if path.name.startswith(("alfworld_qwen", "webshop_qwen")) and "_k" in path.name:  # HGPO's paper
             config = load_config(path)
             assert (
                 config.train.iterations == 160 and config.env.group_size == 8 and config.env.num_groups == 16
@@ -119,6 +118,27 @@ def test_shipped_configs_cover_the_paper_settings():
             assert config.advantage.mode == (
                 "mean_std_norm" if config.env.name == "alfworld" else "mean_norm"
             )
+
+
+def test_graphgpo_configs_are_the_recipes_scripts():
+    """verl-agent's recipe/GraphGPO run_qwen2.5_1.5b_{alfworld,webshop}_train.sh."""
+    for env, gamma, steps, mini_batch in (("alfworld", 0.10, 50, 256), ("webshop", 0.20, 15, 64)):
+        config = load_config(REPO / "configs" / f"{env}_qwen2.5-1.5b_graphgpo.yaml")
+        a = config.advantage
+        assert (a.estimator, a.gamma, a.mode, a.step_weight, a.episode_weight) == (
+            "graphgpo",
+            gamma,
+            "mean_std_norm",
+            1.0,
+            1.0,
+        )
+        assert not a.normalize_distance and a.returns == "graph"
+        assert (config.env.history_length, config.env.max_steps, config.update.mini_batch_size) == (
+            2,
+            steps,
+            mini_batch,
+        )
+        assert (config.env.num_groups, config.env.group_size, config.train.iterations) == (16, 8, 150)
 
 
 def test_help_explains_every_key():
