@@ -237,6 +237,9 @@ class VLLMGenerator:
                 "machine use vLLM's CPU build: bash scripts/setup_openrlhf_cpu.sh"
             )
         self.on_cpu = platform.is_cpu()
+        problem = vllm_cpu_head_size_problem(head_size(model_path)) if self.on_cpu else None
+        if problem:
+            raise ValueError(problem)
         self.config = config
         self.encoder = PromptEncoder(tokenizer, response_format)
         self.llm = self.vllm.LLM(
@@ -327,6 +330,27 @@ def merged_state_dict(model: Any) -> dict[str, torch.Tensor]:
         return state
     finally:
         model.unmerge_adapter()
+
+
+def head_size(model_path: str) -> int:
+    """The attention head size of a model folder's config."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_path)
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+def vllm_cpu_head_size_problem(head: int) -> str | None:
+    """One line naming the fix when vLLM's CPU attention has no kernel for this head size."""
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    supported = CPUAttentionBackend.get_supported_head_sizes()
+    if head in supported:
+        return None
+    return (
+        f"vLLM's CPU attention has no kernel for the model's head size {head} (it has {supported}); "
+        "for the tiny model choose tiny.hidden_size / tiny.num_heads among them"
+    )
 
 
 def make_generator(

@@ -169,6 +169,21 @@ def ray_init_kwargs(config: Config, cluster: OpenRLHFConfig) -> dict[str, Any]:
     return {"runtime_env": runtime_env, **kwargs}
 
 
+def start_cpu_mode(config: Config) -> None:
+    """Refuse a head size vLLM's CPU build has no kernel for, before the run folder exists; then
+    apply the CPU stand-ins in this process, before anything imports openrlhf."""
+    from hgpo_train.generation import head_size, vllm_cpu_head_size_problem
+    from hgpo_train.openrlhf import cpu
+
+    tiny = config.model.name_or_path == "tiny"
+    head = config.tiny.hidden_size // config.tiny.num_heads if tiny else head_size(config.model.name_or_path)
+    problem = vllm_cpu_head_size_problem(head)
+    if problem:
+        raise ConfigError(problem)
+    os.environ.update({k: os.environ.get(k, v) for k, v in cpu.ENV_VARS.items()})
+    cpu.install_driver()
+
+
 def run_paths(config: Config) -> dict[str, str]:
     run_dir = Path(config.train.output_dir)
     return {
@@ -263,11 +278,8 @@ def train(
             f"resuming from {latest.parent / tag} (iteration {tag.removeprefix('global_step')})",
             file=sys.stderr,
         )
-    if cluster.device == "cpu":  # before anything imports openrlhf
-        from hgpo_train.openrlhf import cpu
-
-        os.environ.update({k: os.environ.get(k, v) for k, v in cpu.ENV_VARS.items()})
-        cpu.install_driver()
+    if cluster.device == "cpu":
+        start_cpu_mode(config)
     import ray
 
     from hgpo_train.openrlhf.arguments import launch

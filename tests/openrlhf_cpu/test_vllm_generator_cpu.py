@@ -133,3 +133,16 @@ def test_the_cpu_config_trains_rooms_with_vllm_generation(tmp_path: Path) -> Non
     logged = [r for r in read_metrics(out / "metrics.jsonl") if "update/loss" in r]
     assert [r["iteration"] for r in logged] == [1, 2, 3]
     assert all(np.isfinite(r["update/loss"]) and r["rollout/step_samples"] > 0 for r in logged)
+
+
+def test_a_head_size_without_cpu_kernels_is_one_line(tmp_path: Path, capsys) -> None:
+    """Before any run folder or Ray: the tiny model's head size 16 has no vLLM CPU kernel."""
+    from conftest import CPU_CONFIG
+
+    from hgpo_train.openrlhf.cli import main
+
+    out = tmp_path / "run"
+    assert main(["--config", str(CPU_CONFIG), "tiny.num_heads=4", f"train.output_dir={out}"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "head size 16" in err and "tiny.num_heads" in err and len(err.splitlines()) == 1, err
+    assert not out.exists()
