@@ -6,7 +6,7 @@ after what it replaces. Nothing here is imported or applied on a GPU run: :func:
 only where ``device: cpu`` put it (the driver, and Ray's ``worker_process_setup_hook`` in every
 actor of the run), so a GPU run executes exactly OpenRLHF's own code.
 
-What a CPU run vouches for, and what it cannot, is on the "Training with OpenRLHF" docs page.
+What a CPU run vouches for, and what it cannot: docs/training/openrlhf.md, "On CPU".
 """
 
 from __future__ import annotations
