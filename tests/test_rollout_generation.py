@@ -215,8 +215,11 @@ def test_rollout_records_one_row_per_step_with_the_prompts_fingerprints(tiny):
     assert (batch.fingerprints[first, 1:] == 0).all()  # no history shown at step 0
     assert (batch.fingerprints[batch.step >= 2] != 0).all()
     for g, t in {(g, t) for g, t in zip(batch.group_id, batch.traj_id)}:
-        steps = batch.step[(batch.group_id == g) & (batch.traj_id == t)]
-        assert steps.tolist() == list(range(len(steps)))  # chronological
+        rows = np.flatnonzero((batch.group_id == g) & (batch.traj_id == t))
+        assert batch.step[rows].tolist() == list(range(len(rows)))  # chronological
+        # each step's next state is the state the next step acts in; the last one's is the terminal one
+        assert (batch.next_state[rows[:-1]] == batch.fingerprints[rows[1:], 0]).all()
+        assert batch.next_state[rows[-1]] != 0
     assert set(batch.extras["timing"]) == {"env_s", "generate_s"}
     assert batch.metrics()["rollout/invalid_rate"] == 0.0
 
