@@ -13,7 +13,8 @@ Everything below was fixed before any run; every other hyper-parameter is config
   GiGPO and HGPO. The prompt
   shows the last K steps for every estimator of that K.
 * ``shown`` (control: room descriptions end with what the agent carries, so the observation
-  reveals the state that history otherwise hides): K = 2 with GiGPO and HGPO.
+  reveals the state that history otherwise hides): K = 2 with GiGPO, HGPO and GraphGPO (whose
+  state graph is built on observations, so it is the setting where its nodes are real states).
 
 HGPO runs once per K: with constrained decoding every command is admissible, and Rooms echoes each
 command in the next observation ("You take the red box."), so observation-only keys (the released
@@ -114,7 +115,7 @@ class Condition:
 CONDITIONS = [
     *(Condition("hidden", 2, name) for name in ("grpo", "gigpo", "hgpo", "graphgpo", "hgpo_graph")),
     *(Condition("hidden", 4, name) for name in ("gigpo", "hgpo")),
-    *(Condition("shown", 2, name) for name in ("gigpo", "hgpo")),
+    *(Condition("shown", 2, name) for name in ("gigpo", "hgpo", "graphgpo")),
 ]
 
 
