@@ -82,13 +82,13 @@ def verifying_trainer(skip_sync_at: int | None = None) -> Any:
                 self.experience_maker.records = []
             batch = self.fixed_batch
             scored = {}
-            for row in range(min(PROBES, len(batch))):
-                ids = [*batch.prompt_ids[row].tolist(), *batch.response_ids[row].tolist()]
-                params = vllm.SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0)
-                with self._engines_awake():
+            params = vllm.SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0)
+            with self._engines_awake():
+                for row in range(min(PROBES, len(batch))):
+                    ids = [*batch.prompt_ids[row].tolist(), *batch.response_ids[row].tolist()]
                     out = ray.get(self.vllm_engines[0].generate.remote(ids, params))
-                start = len(batch.prompt_ids[row])
-                scored[row] = [out.prompt_logprobs[i][ids[i]].logprob for i in range(start, len(ids))]
+                    start = len(batch.prompt_ids[row])
+                    scored[row] = [out.prompt_logprobs[i][ids[i]].logprob for i in range(start, len(ids))]
             self.engine_logprobs.append(scored)
             return batch
 
