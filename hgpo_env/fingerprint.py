@@ -7,7 +7,9 @@ Definition (format version 1):
   of different environment families, modes or format versions never meet.
 * A text field is its UTF-8 bytes prefixed by their length (8 bytes, little endian); a missing
   action (an unparseable response) is the prefix ``2**64 - 1`` with no bytes.
-* ``state = H(field(state_text))`` for each step; ``record = H(u64(state) + field(action))`` in
+* ``state = H(field(state_text))`` for each step (with state source ``text_and_actions``,
+  ``H(field(state_text) + field(a_1) + ... + field(a_n))`` over the sorted admissible actions, and
+  the salt ends in ``|text_and_actions``); ``record = H(u64(state) + field(action))`` in
   mode ``observations_actions`` (what the prompt shows) and ``record = state`` in mode
   ``observations`` (the grouping of the released HGPO code).
 * Level 0 of step t is ``state_t``; level k is ``H(u64(level_{k-1}) + u64(record_{t-k}))``.
@@ -27,6 +29,10 @@ import xxhash
 
 FORMAT_VERSION = 1
 FINGERPRINT_MODES = ("observations_actions", "observations")
+STATE_SOURCES = ("text", "text_and_actions")
+"""What a state key hashes: its ``state_text``, or that and its sorted admissible actions (the
+graph nodes of GraphGPO's ALFWorld recipe, where the same answer text can hide different
+states)."""
 MISSING = 0
 
 _U64 = struct.Struct("<Q")
@@ -61,25 +67,34 @@ def _field(text: str) -> bytes:
 class Fingerprinter:
     """Hashes states and step records for one environment family and mode."""
 
-    __slots__ = ("_with_actions", "family", "mode", "seed")
+    __slots__ = ("_with_actions", "family", "mode", "seed", "state_source")
 
-    def __init__(self, family: str, mode: str = "observations_actions") -> None:
+    def __init__(self, family: str, mode: str = "observations_actions", state_source: str = "text") -> None:
         if mode not in FINGERPRINT_MODES:
             raise ValueError(f"fingerprint mode must be one of {FINGERPRINT_MODES}, got {mode!r}")
+        if state_source not in STATE_SOURCES:
+            raise ValueError(f"fingerprint state source must be one of {STATE_SOURCES}, got {state_source!r}")
         if not family:
             raise ValueError("an environment family name is required to salt fingerprints")
         self.family = family
         self.mode = mode
-        salt = f"hgpo-fingerprint|v{FORMAT_VERSION}|{family}|{mode}".encode()
-        self.seed = xxhash.xxh3_64_intdigest(salt)
+        self.state_source = state_source
+        salt = f"hgpo-fingerprint|v{FORMAT_VERSION}|{family}|{mode}"
+        if state_source != "text":
+            salt += f"|{state_source}"
+        self.seed = xxhash.xxh3_64_intdigest(salt.encode())
         self._with_actions = mode == "observations_actions"
 
     def _hash(self, data: bytes) -> int:
         return xxhash.xxh3_64_intdigest(data, self.seed) or 1
 
-    def state(self, state_text: str) -> int:
-        """Level-0 key of a state: the hash of its canonical text."""
-        return self._hash(_field(state_text))
+    def state(self, state_text: str, admissible_actions: Sequence[str] = ()) -> int:
+        """Level-0 key of a state: the hash of its canonical text (and, with state source
+        ``text_and_actions``, of its sorted admissible actions)."""
+        data = _field(state_text)
+        if self.state_source == "text_and_actions":
+            data += b"".join(_field(action) for action in sorted(admissible_actions))
+        return self._hash(data)
 
     def record(self, state: int, action: str | None) -> int:
         """Key of a finished step (its state and, in the default mode, its parsed action)."""

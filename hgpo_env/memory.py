@@ -105,6 +105,9 @@ class KStepMemory(gym.Wrapper[str, str, str, str]):
     ``prompt_intro`` on itself or a wrapper below (:func:`~hgpo_env.info.env_attribute`); for a
     ``free_form`` env the prompt has no admissible list and asks for any command.
 
+    ``fingerprint_state="text_and_actions"`` makes state keys hash the sorted admissible actions
+    beside ``state_text`` (:data:`~hgpo_env.fingerprint.STATE_SOURCES`).
+
     With ``tokenizer`` and ``max_prompt_tokens``, the history window shrinks (oldest step first)
     until the prompt fits; ``history_used`` says how many steps remained and the levels above it
     are 0. The budget counts the prompt text only: leave room for the chat template.
@@ -116,6 +119,7 @@ class KStepMemory(gym.Wrapper[str, str, str, str]):
         history_length: int = 2,
         fingerprint_mode: str = "observations_actions",
         *,
+        fingerprint_state: str = "text",
         template: PromptTemplate | None = None,
         response_format: str = "think_action",
         tokenizer: Tokenizer | None = None,
@@ -142,7 +146,9 @@ class KStepMemory(gym.Wrapper[str, str, str, str]):
         self.template = template
         self.tokenizer = tokenizer
         self.max_prompt_tokens = max_prompt_tokens
-        self.fingerprinter = Fingerprinter(env_attribute(env, "env_family"), fingerprint_mode)
+        self.fingerprinter = Fingerprinter(
+            env_attribute(env, "env_family"), fingerprint_mode, fingerprint_state
+        )
         self._history: deque[PastStep] = deque(maxlen=history_length)
         self._steps_taken = 0
         self._observation = ""
@@ -176,7 +182,7 @@ class KStepMemory(gym.Wrapper[str, str, str, str]):
     def _observe(self, obs: str, info: dict[str, Any]) -> str:
         """Render the prompt for ``obs`` and add the fingerprint keys to ``info``."""
         self._observation = info["state_text"]
-        self._state = self.fingerprinter.state(self._observation)
+        self._state = self.fingerprinter.state(self._observation, info["admissible_actions"])
         history = list(self._history)
         prompt = self._render(history, obs, info)
         while self.max_prompt_tokens is not None and history and self._too_long(prompt):

@@ -72,6 +72,7 @@ def make_agent_env(
     *,
     history_length: int = 2,
     fingerprint_mode: str = "observations_actions",
+    fingerprint_state: str = "text",
     response_format: str = "think_action",
     require_think: bool = False,
     tokenizer: Tokenizer | None = None,
@@ -89,6 +90,7 @@ def make_agent_env(
         {
             "history_length": history_length,
             "fingerprint_mode": fingerprint_mode,
+            "fingerprint_state": fingerprint_state,
             "response_format": response_format,
             "require_think": require_think,
             "max_prompt_tokens": max_prompt_tokens,
@@ -104,6 +106,7 @@ def make_agent_env(
         env,
         history_length,
         fingerprint_mode,
+        fingerprint_state=fingerprint_state,
         response_format=response_format,
         tokenizer=tokenizer,
         max_prompt_tokens=max_prompt_tokens,

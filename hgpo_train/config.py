@@ -90,6 +90,8 @@ class EnvConfig:
     """K: past steps shown in the prompt, and fingerprint levels 0..K."""
     fingerprint_mode: Literal["observations_actions", "observations"] = "observations_actions"
     """What level-k keys hash: states and actions (what the prompt shows) or states only (released HGPO)."""
+    fingerprint_state: Literal["text", "text_and_actions"] = "text"
+    """What a state key hashes: ``state_text``, or that and the sorted admissible actions (GraphGPO's ALFWorld nodes)."""
     response_format: Literal["think_action", "plain"] = "think_action"
     """``think_action``: <think>...</think><action>...</action>; ``plain``: the response is the command."""
     protocol: Literal["strict", "verl-agent"] = "strict"

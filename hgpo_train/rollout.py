@@ -109,6 +109,7 @@ def _env_kwargs(env: EnvConfig, tokenizer: Any, overrides: Mapping[str, Any]) ->
     kwargs: dict[str, Any] = {
         "history_length": env.history_length,
         "fingerprint_mode": env.fingerprint_mode,
+        "fingerprint_state": env.fingerprint_state,
         "response_format": env.response_format,
         "protocol": env.protocol,
         "max_steps": env.max_steps,

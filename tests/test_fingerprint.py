@@ -126,9 +126,31 @@ def test_modes_differ_only_in_actions():
     assert without.record(s, "go north") == without.record(s, "go south")
 
 
+def test_state_with_actions_follows_the_written_definition():
+    """``text_and_actions``: the text and each sorted admissible action as fields, its own salt."""
+    seed = xxhash.xxh3_64_intdigest(b"hgpo-fingerprint|v1|alfworld|observations_actions|text_and_actions")
+
+    def field(text: str) -> bytes:
+        return struct.pack("<Q", len(text)) + text.encode()
+
+    actions = ["open fridge 1", "go to desk 1", "look"]
+    expected = xxhash.xxh3_64_intdigest(
+        field("You arrive at fridge 1.") + field("go to desk 1") + field("look") + field("open fridge 1"),
+        seed,
+    )
+    fp = Fingerprinter("alfworld", state_source="text_and_actions")
+    assert fp.state("You arrive at  fridge 1.", actions) == expected
+    assert fp.state("You arrive at fridge 1.", actions[::-1]) == expected  # order does not matter
+    assert fp.state("You arrive at fridge 1.", actions[:2]) != expected  # the set does
+    plain = Fingerprinter("alfworld")
+    assert plain.state("You arrive at fridge 1.", actions) == plain.state("You arrive at fridge 1.")
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="fingerprint mode"):
         Fingerprinter("rooms", "actions")
+    with pytest.raises(ValueError, match="state source"):
+        Fingerprinter("rooms", state_source="actions")
     with pytest.raises(ValueError, match="family"):
         Fingerprinter("")
 

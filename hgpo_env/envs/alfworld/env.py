@@ -15,6 +15,10 @@ Observations, admissible commands and the win condition are those of alfworld's
 * Task ids index the split's games sorted by path, so a task group shares a game by sharing a
   seed or a ``task_id``, and an evaluation can play every game once
   (:func:`~.games.evaluation_task_ids`).
+* ``observation_mode="graphgpo"`` appends GraphGPO's household notes (location, held item, moved
+  items: :mod:`.tracker`) to every observation and ``state_text``, as that recipe's ALFWorld does;
+  its graph nodes also hash the sorted admissible commands (``fingerprint_state="text_and_actions"``
+  of the memory wrapper). The default ``"text"`` is ALFWorld's own text.
 """
 
 from __future__ import annotations
@@ -28,9 +32,11 @@ from hgpo_env.envs.alfworld.compiled import CompileCache, GameSource
 from hgpo_env.envs.alfworld.engine import Engine
 from hgpo_env.envs.alfworld.games import GameDataError, GameRecord, list_games
 from hgpo_env.envs.alfworld.locate import locate
+from hgpo_env.envs.alfworld.tracker import HouseholdNotes
 
 TASK_PREFIX = "Your task is to:"
 HIDDEN_COMMANDS = frozenset({"help"})
+OBSERVATION_MODES = ("text", "graphgpo")
 
 _CACHES: dict[str | None, CompileCache] = {}
 
@@ -81,7 +87,10 @@ class ALFWorldEnv(TextEnv):
         disk_cache: bool = True,
         render_mode: str | None = None,
         protocol: str = "strict",
+        observation_mode: str = "text",
     ) -> None:
+        if observation_mode not in OBSERVATION_MODES:
+            raise ValueError(f"observation_mode must be one of {OBSERVATION_MODES}, got {observation_mode!r}")
         super().__init__(
             max_steps=max_steps, success_reward=success_reward, render_mode=render_mode, protocol=protocol
         )
@@ -99,6 +108,8 @@ class ALFWorldEnv(TextEnv):
         self.walkthrough: list[str] = []
         """The current game's recorded winning commands (empty when the file has none)."""
         self._plan_step: int | None = 0
+        self.observation_mode = observation_mode
+        self._notes = HouseholdNotes() if observation_mode == "graphgpo" else None
 
     # ----------------------------------------------------------------- TextEnv
     @property
@@ -124,15 +135,27 @@ class ALFWorldEnv(TextEnv):
         self._task_type = record.task_type
         self.walkthrough = list(data.get("walkthrough") or [])
         self._plan_step = 0
-        return opening
+        if self._notes is None:
+            return opening
+        self._notes = HouseholdNotes()
+        self._state_text = self._annotate(self._state_text)
+        return self._annotate(opening)
 
     def _apply(self, command: str) -> str:
         assert self._engine is not None
         if self._plan_step is not None:
             on_plan = self._plan_step < len(self.walkthrough) and command == self.walkthrough[self._plan_step]
             self._plan_step = self._plan_step + 1 if on_plan else None
-        self._state_text = self._engine.step(command)
-        return self._state_text
+        answer = self._engine.step(command)
+        if self._notes is not None:
+            self._notes.update(command, answer)
+            answer = self._annotate(answer)
+        self._state_text = answer
+        return answer
+
+    def _annotate(self, text: str) -> str:
+        assert self._notes is not None
+        return f"{text} {self._notes.describe()}"
 
     def expert_action(self) -> str:
         """The next walkthrough command, while every accepted command so far followed it."""
