@@ -1,12 +1,14 @@
-"""Step-level HGPO and GiGPO as verl advantage estimators (verl 0.9; verl-agent through :func:`step_advantages`).
+"""Step-level HGPO, GiGPO and GraphGPO as verl advantage estimators (verl 0.9; verl-agent through :func:`step_advantages`).
 
 verl's ``compute_advantage`` gives a registered estimator ``token_level_rewards``,
 ``response_mask``, ``config`` and ``index`` (``non_tensor_batch["uid"]``) only, so the per-step
 data the estimators need rides in ``uid``: :func:`attach_step_keys` replaces each uid with a
 :class:`StepKey`, a ``str`` equal to the original uid (so everything in verl that groups by uid
 is unchanged) that also carries the step's episode id, position, env reward, invalid flag and
-fingerprints. It reads them from the batch's ``non_tensor_batch`` under verl-agent's names, which
-:class:`integrations.verl_agent.PoolEnvironmentManager` fills.
+fingerprints (and, where the batch has them, its next state's). It reads them from the batch's
+``non_tensor_batch`` under verl-agent's names, which :class:`integrations.verl_agent.PoolEnvironmentManager`
+fills; ``next_obs`` is where GraphGPO's rollout loop stores the anchor each step returned, and
+graph returns (``graphgpo``, or ``step_return="graph"``) need it.
 
 The step reward comes from the key, not from ``token_level_rewards``: verl-agent's episode reward
 manager writes the episode's total on every step sample. The estimators' settings come from the
@@ -46,7 +48,9 @@ STEP_FIELDS = {
     "reward": "rewards",
 }
 """Where :func:`attach_step_keys` reads each step's data in ``non_tensor_batch`` (verl-agent's names)."""
-ESTIMATOR_NAMES = ("hgpo", "gigpo")
+NEXT_STATE_FIELD = "next_obs"
+"""Where it reads each step's next anchor, when the batch has it (GraphGPO's rollout loop)."""
+ESTIMATOR_NAMES = ("hgpo", "gigpo", "graphgpo")
 
 
 class StepKey(str):
@@ -57,17 +61,28 @@ class StepKey(str):
     reward: float
     invalid: bool
     fingerprints: tuple[int, ...]
+    next_state: int | None
+    """Level-0 key of the state the step led to (None where the batch has no next anchors)."""
 
     def __new__(
-        cls, group: str, episode: str, step: int, reward: float, invalid: bool, fingerprints: Sequence[int]
+        cls,
+        group: str,
+        episode: str,
+        step: int,
+        reward: float,
+        invalid: bool,
+        fingerprints: Sequence[int],
+        next_state: int | None = None,
     ) -> Self:
         key = super().__new__(cls, group)
         key.episode, key.step, key.reward, key.invalid = str(episode), int(step), float(reward), bool(invalid)
         key.fingerprints = tuple(int(f) for f in fingerprints)
+        key.next_state = None if next_state is None else int(next_state)
         return key
 
     def __reduce__(self) -> tuple[Any, ...]:  # batches travel between Ray workers
-        return (StepKey, (str(self), self.episode, self.step, self.reward, self.invalid, self.fingerprints))
+        fields = (self.episode, self.step, self.reward, self.invalid, self.fingerprints, self.next_state)
+        return (StepKey, (str(self), *fields))
 
 
 def attach_step_keys(data: Any, fields: dict[str, str] | None = None) -> Any:
@@ -75,30 +90,42 @@ def attach_step_keys(data: Any, fields: dict[str, str] | None = None) -> Any:
 
     Call it on the rollout's batch before ``compute_advantage`` (and before anything reorders
     the samples: a step's position in its episode is its order in the batch at this point).
-    ``fields`` overrides :data:`STEP_FIELDS`.
+    ``fields`` overrides :data:`STEP_FIELDS`, and its ``"next_state"`` :data:`NEXT_STATE_FIELD`:
+    each step's next anchor, a fingerprint tuple (its level 0 is kept) or a key.
     """
-    fields = {**STEP_FIELDS, **(fields or {})}
+    fields = {**STEP_FIELDS, "next_state": NEXT_STATE_FIELD, **(fields or {})}
     batch = data.non_tensor_batch
-    missing = sorted(name for name in ["uid", *fields.values()] if name not in batch)
+    missing = sorted(name for name in ["uid", *(fields[f] for f in STEP_FIELDS)] if name not in batch)
     if missing:
         raise ValueError(f"the batch lacks {missing} in non_tensor_batch; present: {sorted(batch)}")
+    n = len(batch["uid"])
+    next_states = (
+        [_level0(a) for a in batch[fields["next_state"]]] if fields["next_state"] in batch else [None] * n
+    )
     seen: dict[str, int] = defaultdict(int)
-    keys = np.empty(len(batch["uid"]), dtype=object)
+    keys = np.empty(n, dtype=object)
     for i, (group, episode, fingerprints, valid, reward) in enumerate(
         zip(batch["uid"], *(batch[fields[name]] for name in ("episode", "fingerprints", "valid", "reward")))
     ):
-        keys[i] = StepKey(str(group), episode, seen[str(episode)], reward, not valid, fingerprints)
+        keys[i] = StepKey(
+            str(group), episode, seen[str(episode)], reward, not valid, fingerprints, next_states[i]
+        )
         seen[str(episode)] += 1
     batch["uid"] = keys
     return data
 
 
-def _columns(index: Any) -> dict[str, np.ndarray]:
+def _level0(anchor: Any) -> int:
+    return int(anchor) if np.ndim(anchor) == 0 else int(anchor[0])
+
+
+def _columns(index: Any) -> dict[str, np.ndarray | None]:
     if index is None or not all(isinstance(key, StepKey) for key in index):
         raise ValueError(
-            "the hgpo/gigpo estimators need the steps' keys in non_tensor_batch['uid']: "
+            "the hgpo/gigpo/graphgpo estimators need the steps' keys in non_tensor_batch['uid']: "
             "call integrations.verl.attach_step_keys(batch) before compute_advantage"
         )
+    has_next = all(k.next_state is not None for k in index)
     return {
         "group": np.array([str(k) for k in index], dtype=object),
         "episode": np.array([k.episode for k in index], dtype=object),
@@ -106,6 +133,7 @@ def _columns(index: Any) -> dict[str, np.ndarray]:
         "reward": np.array([k.reward for k in index], dtype=np.float64),
         "invalid": np.array([k.invalid for k in index], dtype=bool),
         "fingerprints": np.array([k.fingerprints for k in index], dtype=np.uint64),
+        "next_state": np.array([k.next_state for k in index], dtype=np.uint64) if has_next else None,
     }
 
 
@@ -120,6 +148,11 @@ def make_estimator(advantage: AdvantageConfig) -> Callable[..., tuple[Any, Any]]
         **_: Any,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         c = _columns(index)
+        if advantage.returns == "graph" and c["next_state"] is None:
+            raise ValueError(
+                f"graph returns need each step's next anchor in non_tensor_batch[{NEXT_STATE_FIELD!r}] "
+                "(GraphGPO's rollout loop stores it) before attach_step_keys"
+            )
         order = np.argsort(c["step"], kind="stable")  # each episode's rows in chronological order
         sorted_advantages = compute_advantages(
             c["reward"][order],
@@ -128,6 +161,7 @@ def make_estimator(advantage: AdvantageConfig) -> Callable[..., tuple[Any, Any]]
             c["fingerprints"][order],
             c["invalid"][order],
             advantage,
+            next_states=None if c["next_state"] is None else c["next_state"][order],
         )
         per_sample = np.empty(len(order))
         per_sample[order] = sorted_advantages
@@ -144,8 +178,9 @@ def make_estimator(advantage: AdvantageConfig) -> Callable[..., tuple[Any, Any]]
 def register_estimators(
     advantage: AdvantageConfig | None = None, names: Sequence[str] = ESTIMATOR_NAMES
 ) -> None:
-    """Register step-level ``hgpo`` and ``gigpo`` with verl (``algorithm.adv_estimator=hgpo``),
-    with ``advantage``'s settings (default: the paper's ALFWorld ones); calling it again replaces them."""
+    """Register step-level ``hgpo``, ``gigpo`` and ``graphgpo`` with verl (``algorithm.adv_estimator=hgpo``),
+    with ``advantage``'s settings (default: the paper's ALFWorld ones; ``step_return`` applies to
+    all three); calling it again replaces them."""
     base = advantage or AdvantageConfig()
     for name in names:
         if name not in ESTIMATOR_NAMES:

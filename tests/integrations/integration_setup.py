@@ -11,6 +11,7 @@ from hgpo_train.advantage import (
     AdvantageConfig,
     episode_scores,
     gigpo_advantages,
+    graph_returns,
     grpo_advantages,
     hgpo_advantages,
     step_returns,
@@ -52,15 +53,24 @@ def reference_advantages(
     invalid: Sequence[bool],
     fingerprints: np.ndarray,
     config: AdvantageConfig,
+    next_states: Sequence[int] | None = None,
 ) -> np.ndarray:
     """The configured estimator from its own function in hgpo_train.advantage, on raw step columns
     (rows of a rollout in chronological order), independently of the adapters' code paths."""
     scores = episode_scores(rewards, rollouts, invalid, config.invalid_penalty)
     if config.estimator == "grpo":
         return grpo_advantages(scores, groups, config.mode)
-    returns = step_returns(rewards, rollouts, config.gamma, invalid, config.invalid_penalty)
-    if config.estimator == "gigpo":
-        return gigpo_advantages(returns, scores, groups, fingerprints, config.mode, config.step_weight)
+    if config.returns == "graph":
+        returns = graph_returns(
+            rewards, rollouts, groups, fingerprints[:, 0], next_states, config.gamma, invalid,
+            config.invalid_penalty, config.normalize_distance,
+        )  # fmt: skip
+    else:
+        returns = step_returns(rewards, rollouts, config.gamma, invalid, config.invalid_penalty)
+    if config.estimator in ("gigpo", "graphgpo"):
+        return gigpo_advantages(
+            returns, scores, groups, fingerprints, config.mode, config.step_weight, config.episode_weight
+        )
     return hgpo_advantages(
         returns,
         groups,

@@ -13,6 +13,7 @@ import pickle
 import random
 import re
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -29,7 +30,7 @@ from hgpo_train.advantage import AdvantageConfig
 from integrations.verl import StepKey, attach_step_keys, register_estimators, step_advantages
 from integrations.verl_agent import PoolEnvironmentManager
 
-ENV_KWARGS = {"history_length": 2, "response_format": "plain", "max_steps": 5, **ROOMS}
+ENV_KWARGS = {"history_length": 2, "response_format": "plain", "max_steps": 10, **ROOMS}
 GROUPS, GROUP_SIZE, LENGTH = 3, 4, 7
 
 
@@ -50,15 +51,21 @@ def rollout() -> dict:
             actions = [rng.choice([*info["admissible_actions"], "fly away"]) for info in infos]
             next_obs, rewards, dones, infos = manager.step(actions)
             for i in np.flatnonzero(~done):
-                per_env[i].append(
-                    (uids[i], trajs[i], obs["anchor"][i], infos[i]["is_action_valid"], rewards[i])
-                )
+                step = (obs["anchor"][i], next_obs["anchor"][i], infos[i]["is_action_valid"], rewards[i])
+                per_env[i].append((uids[i], trajs[i], *step))
             done, obs = dones, next_obs
     finally:
         manager.close()
     rows = [row for steps in per_env for row in steps]
-    uid, traj, anchor, valid, reward = (np.array(column, dtype=object) for column in zip(*rows))
-    return {"uid": uid, "traj_uid": traj, "anchor_obs": anchor, "is_action_valid": valid, "rewards": reward}
+    uid, traj, anchor, next_anchor, valid, reward = (np.array(column, dtype=object) for column in zip(*rows))
+    return {
+        "uid": uid,
+        "traj_uid": traj,
+        "anchor_obs": anchor,
+        "next_obs": next_anchor,  # where GraphGPO's rollout loop keeps the anchor each step returned
+        "is_action_valid": valid,
+        "rewards": reward,
+    }
 
 
 def batch(rollout: dict) -> DataProto:
@@ -90,14 +97,18 @@ def expected(rollout: dict, config: AdvantageConfig) -> np.ndarray:
         [not v for v in rollout["is_action_valid"]],
         fingerprints,
         config,
+        [a[0] for a in rollout["next_obs"]],
     )
 
 
-@pytest.mark.parametrize("estimator", ["hgpo", "gigpo"])
+@pytest.mark.parametrize(
+    ("estimator", "step_return"),
+    [("hgpo", None), ("gigpo", None), ("graphgpo", None), ("hgpo", "graph")],
+)
 @pytest.mark.parametrize("mode", ["mean_norm", "mean_std_norm"])
-def test_verls_compute_advantage_runs_the_registered_estimator(rollout, estimator, mode):
-    config = AdvantageConfig(estimator=estimator, mode=mode)
-    register_estimators(AdvantageConfig(mode=mode))
+def test_verls_compute_advantage_runs_the_registered_estimator(rollout, estimator, step_return, mode):
+    config = AdvantageConfig(estimator=estimator, mode=mode, step_return=step_return, gamma=0.5)
+    register_estimators(AdvantageConfig(mode=mode, step_return=step_return, gamma=0.5))
     data = attach_step_keys(batch(rollout))
     shuffle = np.random.default_rng(0).permutation(len(data))
     data.reorder(torch.as_tensor(shuffle))  # as verl's balance_batch may: the estimator restores step order
@@ -105,6 +116,8 @@ def test_verls_compute_advantage_runs_the_registered_estimator(rollout, estimato
 
     want = expected(rollout, config)[shuffle]
     assert np.abs(want).max() > 1e-3  # the comparison can fail
+    if config.returns == "graph":  # and it tells graph returns from discounted ones
+        assert not np.allclose(want, expected(rollout, replace(config, step_return="discounted"))[shuffle])
     mask = data.batch["response_mask"]
     np.testing.assert_allclose(
         data.batch["advantages"].numpy(), (want[:, None] * mask.numpy()), rtol=1e-5, atol=1e-6
@@ -169,10 +182,11 @@ def test_step_keys_behave_as_the_uid_and_survive_pickling(rollout):
     assert list(keys) == list(rollout["uid"]) and len(set(keys)) == GROUPS
     restored = pickle.loads(pickle.dumps(data))
     key = restored.non_tensor_batch["uid"][5]
-    assert isinstance(key, StepKey) and (key.episode, key.step, key.fingerprints) == (
+    assert isinstance(key, StepKey) and (key.episode, key.step, key.fingerprints, key.next_state) == (
         keys[5].episode,
         keys[5].step,
         keys[5].fingerprints,
+        rollout["next_obs"][5][0],
     )
     assert [k.step for k in keys[:3]] == [0, 1, 2]
 
@@ -185,6 +199,11 @@ def test_clear_errors(rollout, monkeypatch):
     del data.non_tensor_batch["anchor_obs"]
     with pytest.raises(ValueError, match="anchor_obs"):
         attach_step_keys(data)
+    data = batch(rollout)
+    del data.non_tensor_batch["next_obs"]  # a stock verl-agent rollout: no next anchors
+    register_estimators(AdvantageConfig(step_return="graph"), names=["hgpo"])
+    with pytest.raises(ValueError, match="next_obs"):
+        compute_advantage(attach_step_keys(data), "hgpo", config=AlgoConfig(adv_estimator="hgpo"))
     monkeypatch.setitem(core_algos.ADV_ESTIMATOR_REGISTRY, "hgpo", len)  # someone else's "hgpo"
     with pytest.raises(ValueError, match="not this project's"):
         register_estimators(names=["hgpo"])
