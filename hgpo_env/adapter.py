@@ -109,6 +109,12 @@ class TextEnvSpec:
     """Env-native score (float). None: 1.0 when won, else 0.0."""
     task_type: Source = None
     """Family of the task (str). None: the env has none."""
+    task_key: Source = None
+    """What identifies the task and its hidden initial configuration, read after the start (a str,
+    bytes, or any value with a stable ``repr``), hashed into ``info["task_key"]``. None: the task
+    id, the task text and the first state text, which cannot see hidden state the seed sets: name
+    it here (``lambda raw: raw.env.combination``) so a group whose members got different hidden
+    states is refused."""
     start: Callable[[Any, int], tuple[Any, dict[str, Any]]] = gymnasium_start
     """``start(env, task_id) -> (observation, info)``: begin task ``task_id``."""
     num_tasks: int | Callable[[Any], int | None] | None = None
@@ -241,6 +247,12 @@ class TextAdapter(TextEnv):
     @property
     def task_type(self) -> str | None:
         return None if self.text_spec.task_type is None else _read(self.text_spec.task_type, self._raw)
+
+    def task_identity(self) -> str | bytes:
+        if self.text_spec.task_key is None:
+            return super().task_identity()
+        identity = _read(self.text_spec.task_key, self._raw)
+        return identity if isinstance(identity, (str, bytes)) else repr(identity)
 
     @property
     def won(self) -> bool:

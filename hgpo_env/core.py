@@ -15,7 +15,7 @@ from typing import Any, ClassVar, NamedTuple
 import gymnasium as gym
 import numpy as np
 
-from hgpo_env.fingerprint import canonical_text
+from hgpo_env.fingerprint import canonical_text, task_key
 from hgpo_env.info import EnvInfo
 from hgpo_env.protocol import check_protocol
 
@@ -97,6 +97,7 @@ class TextEnv(gym.Env[str, str], abc.ABC):
         self._episode_over = True
         self._started = False
         self._admissible_by_key: dict[str, str] | None = None
+        self._task_key = 0
 
     # ----------------------------------------------------------------- for subclasses
     @property
@@ -147,6 +148,13 @@ class TextEnv(gym.Env[str, str], abc.ABC):
         """Text that identifies the state for grouping; by default the observation."""
         return self.observation
 
+    def task_identity(self) -> str | bytes:
+        """What identifies the task just started, hidden configuration included; hashed into
+        ``info["task_key"]``. By default the task id, the task text and the first ``state_text``:
+        it tells apart members that started different task ids (a dropped seed), but not an env
+        whose hidden state the seed did not set. Override where the env knows its hidden state."""
+        return f"task id {self.task_id}\n{self.task}\n{self.state_text}"
+
     def _sample_task_id(self) -> int:
         """Task drawn when ``reset`` names none; override to keep held-out tasks out."""
         if self.num_tasks is None:
@@ -169,6 +177,7 @@ class TextEnv(gym.Env[str, str], abc.ABC):
         self.elapsed_steps = 0
         self._admissible_by_key = None
         self.observation = self._start_task(self.task_id)
+        self._task_key = task_key(self.env_family, self.task_identity())
         self._started = True
         self._episode_over = False
         return self.observation, self._info(action_valid=True)
@@ -225,5 +234,6 @@ class TextEnv(gym.Env[str, str], abc.ABC):
             "task_type": self.task_type,
             "action_valid": action_valid,
             "state_text": self.state_text,
+            "task_key": self._task_key,
         }
         return dict(info)

@@ -120,3 +120,12 @@ class Fingerprinter:
     def initial(self, task: str, state_text: str) -> int:
         """Key of a task's start: task text and initial state, to verify a task group."""
         return self._hash(b"task" + _field(task) + _field(state_text))
+
+
+def task_key(family: str, identity: str | bytes) -> int:
+    """Stable 64-bit identity of a task: ``identity`` (text or bytes naming the task and its hidden
+    initial configuration) hashed with xxh3-64 seeded by ``xxh3_64("hgpo-task|v1|<family>")``;
+    0 is replaced by 1. Equal across processes and machines for equal identities."""
+    data = identity.encode("utf-8", "surrogatepass") if isinstance(identity, str) else bytes(identity)
+    seed = xxhash.xxh3_64_intdigest(f"hgpo-task|v{FORMAT_VERSION}|{family}".encode())
+    return xxhash.xxh3_64_intdigest(data, seed) or 1

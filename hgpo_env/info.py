@@ -31,6 +31,10 @@ class EnvInfo(TypedDict):
     state_text: str
     """The text that identifies the current state for grouping: the raw observation without task
     header, prompt template or admissible list."""
+    task_key: int
+    """Stable 64-bit identity of the task being played, its goal and hidden initial configuration
+    (:func:`hgpo_env.fingerprint.task_key`): equal across processes, machines and runs for one
+    task, different for different tasks. Members of a task group must agree on it."""
 
 
 class AgentInfo(EnvInfo):

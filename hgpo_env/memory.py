@@ -16,7 +16,7 @@ from typing import Any, NamedTuple, Protocol, SupportsFloat
 
 import gymnasium as gym
 
-from hgpo_env.fingerprint import Fingerprinter, canonical_text
+from hgpo_env.fingerprint import Fingerprinter, canonical_text, task_key
 from hgpo_env.info import env_attribute
 
 ANSWER_FORMATS = {
@@ -105,6 +105,9 @@ class KStepMemory(gym.Wrapper[str, str, str, str]):
     ``prompt_intro`` on itself or a wrapper below (:func:`~hgpo_env.info.env_attribute`); for a
     ``free_form`` env the prompt has no admissible list and asks for any command.
 
+    An env that reports no ``task_key`` (one on the contract by hand) gets one hashed from its task
+    text and first ``state_text``, which cannot see hidden state.
+
     ``fingerprint_state="text_and_actions"`` makes state keys hash the sorted admissible actions
     beside ``state_text`` (:data:`~hgpo_env.fingerprint.STATE_SOURCES`).
 
@@ -153,6 +156,7 @@ class KStepMemory(gym.Wrapper[str, str, str, str]):
         self._steps_taken = 0
         self._observation = ""
         self._state = 0
+        self._task_key = 0
 
     @property
     def history(self) -> tuple[PastStep, ...]:
@@ -167,10 +171,14 @@ class KStepMemory(gym.Wrapper[str, str, str, str]):
         self._steps_taken = 0
         prompt = self._observe(obs, info)
         info["initial_fingerprint"] = self.fingerprinter.initial(info["task"], info["state_text"])
+        if "task_key" not in info:  # an env on the contract by hand: the weakest identity there is
+            info["task_key"] = task_key(self.fingerprinter.family, f"{info['task']}\n{info['state_text']}")
+        self._task_key = info["task_key"]
         return prompt, info
 
     def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
+        info.setdefault("task_key", self._task_key)
         if "parsed_action" not in info:  # no response parser below: the action was a command
             info["parsed_action"] = canonical_text(action) or None
         self._steps_taken += 1

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import gymnasium as gym
@@ -65,7 +66,47 @@ class Nondeterministic(Dial):
         return f"{obs} Noise {random.SystemRandom().random():.6f}.", reward, terminated, truncated, info
 
 
+class Lockbox(gym.Env):
+    """Partially observable: the seed sets a combination (how many clicks open the box) that no
+    first observation shows, so every task starts with the same text."""
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.combination, self.turns = self._draw(), 0
+        return "A lockbox. Turn a dial.", {}
+
+    def _draw(self) -> int:
+        return int(self.np_random.integers(1, 1000))
+
+    def step(self, action):
+        if action == "open":
+            opened = self.turns == self.combination
+            return ("The box opens." if opened else "Locked."), float(opened), opened, False, {}
+        self.turns += 1
+        return ("Click." if self.turns == self.combination else "Silence."), 0.0, False, False, {}
+
+
+class GlobalLockbox(Lockbox):
+    """Draws its combination from the process-global stream, which nothing seeds."""
+
+    def _draw(self) -> int:
+        return random.randint(1, 999)
+
+
+LOCKBOX = TextEnvSpec(
+    family="lockbox",
+    intro="You open a lockbox.",
+    task=lambda raw: "Open the lockbox.",
+    admissible=lambda raw: ["turn", "open"],
+    task_key=lambda raw: raw.env.combination,
+)
+
 hgpo_env.register_text_env("TestDial-v0", Dial, SPEC, limit=100)
+hgpo_env.register_text_env("TestLockbox-v0", Lockbox, LOCKBOX)
+hgpo_env.register_text_env("TestGlobalLockbox-v0", GlobalLockbox, LOCKBOX, isolate_rng=False)
+hgpo_env.register_text_env(
+    "TestLockboxDefaultKey-v0", GlobalLockbox, dataclasses.replace(LOCKBOX, task_key=None), isolate_rng=False
+)
 hgpo_env.register_text_env("TestCounter-v0", Dial, SPEC, counter=True)
 hgpo_env.register_text_env("TestNondeterministic-v0", Nondeterministic, SPEC)
 hgpo_env.register_text_env(

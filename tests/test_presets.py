@@ -66,6 +66,20 @@ def test_gymnasium_checker_and_the_contract_health_check(env_id, textworld_games
     assert report.levels[0].repeated > 0, report.format()  # states recur within groups
 
 
+@pytest.mark.parametrize("env_id", PRESETS)
+def test_task_keys_name_each_task_from_what_the_package_exposes(env_id, textworld_games):
+    """One key per task, the same for a second instance, on every step; different tasks differ."""
+    kwargs = preset_kwargs(env_id, textworld_games)
+    first, second = gym.make(env_id, **kwargs), gym.make(env_id, **kwargs)
+    try:
+        keys = [first.reset(seed=0, options={"task_id": t})[1]["task_key"] for t in (0, 1, 2)]
+        again = second.reset(seed=9, options={"task_id": 1})[1]
+        *_, info = second.step(again["admissible_actions"][0] if again["admissible_actions"] else "look")
+    finally:
+        first.close(), second.close()
+    assert again["task_key"] == keys[1] == info["task_key"] and len(set(keys)) == 3
+
+
 def play(env, commands_for, task_id, response=lambda c: f"<think>ok</think><action>{c}</action>"):
     """Play one episode choosing commands with ``commands_for(env, info)``; the last step's result."""
     _, info = env.reset(options={"task_id": task_id})

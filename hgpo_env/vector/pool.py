@@ -11,7 +11,7 @@ import enum
 import logging
 import os
 import weakref
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 BACKENDS = ("process", "ray", "openenv")
 SEED_RANGE = 2**31 - 1
+GROUP_KEYS = ("task_key", "initial_fingerprint")
+"""``reset`` info keys on which the members of a task group must agree."""
 
 
 class _Status(enum.Enum):
@@ -76,7 +78,7 @@ class GroupedEnvPool:
     """``num_groups`` task groups of ``group_size`` copies of one env, spread over worker processes.
 
     Env ``i`` is member ``i % group_size`` of group ``i // group_size``. :meth:`reset` starts every
-    member of a group on the same task and seed and checks their ``initial_fingerprint`` agree;
+    member of a group on the same task and seed and checks they report one ``task_key`` and ``initial_fingerprint``;
     :meth:`step` steps only the envs it is given. Workers each host many envs, step the ones a
     call gives them back to back, and run in parallel (placement: :mod:`hgpo_env.vector.layout`).
 
@@ -215,7 +217,7 @@ class GroupedEnvPool:
         Each argument has one entry per group. Every member of group ``g`` is reset with seed
         ``seeds[g]`` (drawn from the pool's seed when not given) and options ``options[g]``, with
         ``task_ids[g]`` as ``options["task_id"]``. Raises :class:`GroupMismatchError` when a
-        group's members report different ``initial_fingerprint``, and :class:`PoolError` when an
+        group's members report different ``task_key`` or ``initial_fingerprint``, and :class:`PoolError` when an
         env or worker fails; after either, every env waits for the next ``reset``.
         """
         self._check_open()
@@ -258,27 +260,37 @@ class GroupedEnvPool:
         return results
 
     def _check_groups(self, results: list[ResetResult], seeds: Sequence[int], options: Sequence[Any]) -> None:
-        missing = [r.env_index for r in results if "initial_fingerprint" not in r.info]
+        """Every member of a group must report one task (``task_key``) and one start
+        (``initial_fingerprint``); name the members that differ from the group's majority."""
+        missing = [r.env_index for r in results if not all(key in r.info for key in GROUP_KEYS)]
         if missing:
             raise PoolError(
-                f"envs {missing[:8]} report no info['initial_fingerprint']: the pool needs envs "
-                "with the K-step memory wrapper (every HGPO-* id has it)"
+                f"envs {missing[:8]} report no info['task_key'] or info['initial_fingerprint']: the pool "
+                "needs envs on the info contract under the K-step memory wrapper (every HGPO-* id and "
+                "every TextEnv / TextAdapter has both)"
             )
         mismatches = []
         for group in range(self.num_groups):
-            found = {
-                m: results[i].info["initial_fingerprint"] for m, i in enumerate(self._layout.members(group))
-            }
-            if len(set(found.values())) > 1:
-                tasks = sorted({results[i].info.get("task", "?") for i in self._layout.members(group)})
+            members = list(self._layout.members(group))
+            identity = {m: tuple(results[i].info[key] for key in GROUP_KEYS) for m, i in enumerate(members)}
+            majority, _ = Counter(identity.values()).most_common(1)[0]
+            odd = [m for m, found in identity.items() if found != majority]
+            if odd:
+                differ = [
+                    key for n, key in enumerate(GROUP_KEYS) if any(identity[m][n] != majority[n] for m in odd)
+                ]
+                task = {m: results[i].info.get("task", "?") for m, i in enumerate(members)}
+                others = task[next(m for m in identity if identity[m] == majority)]
                 mismatches.append(
-                    f"group {group} (seed {seeds[group]}, options {options[group]}): "
-                    f"initial_fingerprint by member {found}; tasks {tasks}"
+                    f"group {group} (seed {seeds[group]}, options {options[group]}): members {odd} "
+                    f"(envs {[members[m] for m in odd]}) differ from the other {len(members) - len(odd)} "
+                    f"in {' and '.join(differ)}; their tasks {[task[m] for m in odd]}, the others' {others!r}"
                 )
         if mismatches:
             raise GroupMismatchError(
-                f"{len(mismatches)} group(s) started from different initial states, "
-                "so their members are not comparable:\n" + "\n".join(mismatches[:8])
+                f"{len(mismatches)} group(s) whose members did not start the same task, so they are not "
+                "comparable (an env that ignores its seed, or draws its hidden state from a shared "
+                "random stream?):\n" + "\n".join(mismatches[:8])
             )
 
     # ----------------------------------------------------------------- step

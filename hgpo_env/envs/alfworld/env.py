@@ -105,6 +105,7 @@ class ALFWorldEnv(TextEnv):
         self._task = ""
         self._task_type: str | None = None
         self._state_text = ""
+        self._problem = ""
         self.walkthrough: list[str] = []
         """The current game's recorded winning commands (empty when the file has none)."""
         self._plan_step: int | None = 0
@@ -133,6 +134,7 @@ class ALFWorldEnv(TextEnv):
                 f"{record.path}: cannot load the game ({type(error).__name__}: {error})"
             ) from error
         self._task_type = record.task_type
+        self._problem = data["pddl_problem"]
         self.walkthrough = list(data.get("walkthrough") or [])
         self._plan_step = 0
         if self._notes is None:
@@ -152,6 +154,10 @@ class ALFWorldEnv(TextEnv):
             answer = self._annotate(answer)
         self._state_text = answer
         return answer
+
+    def task_identity(self) -> str:
+        """The game's PDDL problem (its objects, their places and the goal) and the task text."""
+        return f"{self._problem}\n{self._task}"
 
     def _annotate(self, text: str) -> str:
         assert self._notes is not None

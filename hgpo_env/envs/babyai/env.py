@@ -24,6 +24,13 @@ def _view(raw: Raw) -> str:
     return describe_view(raw.observation["image"], raw.env.unwrapped.carrying)
 
 
+def _layout(raw: Raw) -> bytes:
+    """The whole grid (every object, colour and door state), the agent's pose and the mission."""
+    world = raw.env.unwrapped
+    pose = f"{tuple(int(x) for x in world.agent_pos)} {int(world.agent_dir)} {world.mission}"
+    return world.grid.encode().tobytes() + pose.encode()
+
+
 SPEC = TextEnvSpec(
     family="babyai",
     intro=(
@@ -35,6 +42,7 @@ SPEC = TextEnvSpec(
     observation=_view,
     admissible=lambda raw: list(COMMANDS),
     to_env_action=COMMANDS.index,
+    task_key=_layout,
 )
 
 

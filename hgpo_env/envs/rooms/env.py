@@ -102,6 +102,10 @@ class RoomsEnv(TextEnv):
     def task(self) -> str:
         return self.task_spec.text
 
+    def task_identity(self) -> str:
+        """The generated house: rooms, exits, item places, goal, lock and key."""
+        return repr(self.task_spec)
+
     @property
     def task_type(self) -> str:
         return self.task_spec.task_type

@@ -115,6 +115,10 @@ class ScienceWorldEnv(TextAdapter):
         engine.load(self.task_name, self.variations[task_id], self.simplification, generateGoldPath=True)
         return engine.reset()
 
+    def task_identity(self) -> str:
+        """The task, its variation (ScienceWorld's task instance) and the simplifications."""
+        return f"{self.task_name} variation {self.variations[self.task_id]} [{self.simplification}]"
+
     def expert_action(self) -> str:
         """The next command of the task's gold path, for an episode that has followed it so far."""
         return self.env.get_gold_action_sequence()[self.elapsed_steps]

@@ -6,19 +6,24 @@ contract. The game's rules (its opening prompt) are the task; what the prompt sh
 new messages, without the echo of the player's own move; ``state_text`` is the latest board where
 the game draws one, else those messages. The game's own verdict marks invalid moves (TextArena
 allows one retry, then ends the game). A task id is the game's seed; TextArena seeds the global
-``random``, which the adapter keeps private to each env.
+``random``, which the adapter keeps private to each env; the game is built inside that private
+stream too, since some games bind ``random.random`` when built (Secretary), and would otherwise
+draw from the unseeded global stream and differ between processes.
 
 Games that need the network at import or reset (Wordle fetches nltk data) do not run offline.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 from typing import Any, Literal
 
 import textarena
 from textarena import ObservationType
 
 from hgpo_env.adapter import Raw, StepResult, TextAdapter, TextEnvSpec, split_task_ids
+from hgpo_env.rng import IsolatedRNG
 
 HELD_OUT_TASKS = 10_000
 _NOT_SHOWN = (ObservationType.PROMPT, ObservationType.PLAYER_ACTION)
@@ -51,6 +56,16 @@ def _shown(raw: Raw) -> str:
 def _state(raw: Raw) -> str:
     boards = _messages(raw.observation, ObservationType.GAME_BOARD)
     return boards[-1] if boards else _shown(raw)
+
+
+def _plain(value: Any) -> Any:
+    """JSON for what a game state holds beyond JSON: sets sorted, objects by their fields."""
+    if isinstance(value, (set, frozenset)):
+        return sorted(map(repr, value))
+    if hasattr(value, "__dict__"):
+        return vars(value)
+    slots = getattr(type(value), "__slots__", None)
+    return {name: getattr(value, name, None) for name in slots} if slots else repr(value)
 
 
 def _accepted(raw: Raw) -> bool:
@@ -94,10 +109,16 @@ class TextArenaEnv(TextAdapter):
         raw_id = game if game.endswith("-raw") else f"{game}-raw"
         if raw_id not in textarena.envs.registration.ENV_REGISTRY:
             raise ValueError(f"game {game!r} is not a registered TextArena id")
+        rng = IsolatedRNG() if options.get("isolate_rng", True) else None
+        with rng or contextlib.nullcontext():
+            game = textarena.make(raw_id)
         super().__init__(
-            textarena.make(raw_id),
-            SPEC,
-            max_steps=max_steps,
-            task_ids=split_task_ids(split, HELD_OUT_TASKS),
-            **options,
+            game, SPEC, max_steps=max_steps, task_ids=split_task_ids(split, HELD_OUT_TASKS), **options
         )
+        self._rng = rng  # the stream the game was built in, seeded by every reset
+
+    def task_identity(self) -> str:
+        """The game, its seed (TextArena draws what is still hidden from the seeded global stream)
+        and its state after the reset."""
+        state = json.dumps(self.env.state.game_state, default=_plain)
+        return f"{self.env.env_id} seed {self.task_id} {state}"

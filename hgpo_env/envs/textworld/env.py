@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import textworld
+import xxhash
 
 from hgpo_env.adapter import Raw, StepResult, TextAdapter, TextEnvSpec
 
@@ -54,12 +55,15 @@ class _Games:
         self.paths = paths
         self.game: Any = None
         self.path: Path | None = None
+        self.digest = ""
+        """Digest of the current game file: the game, its world and its quest."""
         self.points = 0
 
     def start(self, task_id: int) -> tuple[str, dict[str, Any]]:
         if self.paths[task_id] != self.path:
             self.close()
             self.path = self.paths[task_id]
+            self.digest = xxhash.xxh3_128_hexdigest(self.path.read_bytes())
             self.game = textworld.start(str(self.path), request_infos=_INFOS)
         state = self.game.reset()
         self.points = state.score
@@ -101,6 +105,7 @@ SPEC = TextEnvSpec(
     start=lambda games, task_id: games.start(task_id),
     num_tasks=lambda games: len(games.paths),
     step=lambda games, command: games.step(command),
+    task_key=lambda raw: raw.env.digest,
 )
 
 

@@ -76,12 +76,17 @@ class TextWorldExpressEnv(TextAdapter):
             "test": engine.getValidSeedsTest,
         }
         self.split = split
+        self.game, self.game_params = game, game_params
         self.seeds: list[int] = list(seeds[split]())
         spec = dataclasses.replace(SPEC, start=self._start, num_tasks=len(self.seeds))
         super().__init__(engine, spec, max_steps=max_steps, **options)
 
     def _start(self, engine: Any, task_id: int) -> tuple[Any, dict[str, Any]]:
         return engine.reset(seed=self.seeds[task_id], gameFold=self.split, generateGoldPath=True)
+
+    def task_identity(self) -> str:
+        """The game, its parameters, fold and seed: all the engine generates a task from."""
+        return f"{self.game} [{self.game_params}] {self.split} seed {self.seeds[self.task_id]}"
 
     def expert_action(self) -> str:
         """The next command of the engine's gold path, for an episode that has followed it so far

@@ -139,6 +139,10 @@ class WebShopEnv(TextEnv):
     def task_type(self) -> str:
         return self.goal.category
 
+    def task_identity(self) -> str:
+        """The goal (product, instruction, attributes, options, price bound) and the catalog's digest."""
+        return f"{self.catalog.key}\n{self.goal!r}"
+
     @property
     def score(self) -> float:
         return self._purchase.score if self._purchase is not None else 0.0
