@@ -80,6 +80,9 @@ class StepBatch:
     next_state: np.ndarray
     """uint64 (n,): level 0 of the fingerprints the step returned, the key of the state it led to
     (the terminal observation's on a rollout's last step); graph returns read it."""
+    outcome: np.ndarray
+    """str (n,): how the row's rollout ended (:data:`hgpo_train.rollout.OUTCOMES`: won, lost,
+    truncated, env_error)."""
     prompt_ids: list[np.ndarray]
     response_ids: list[np.ndarray]
     choices: list[Choices | None]
@@ -98,6 +101,7 @@ class StepBatch:
             "invalid": self.invalid,
             "fingerprints": self.fingerprints,
             "next_state": self.next_state,
+            "outcome": self.outcome,
             "prompt_ids": self.prompt_ids,
             "response_ids": self.response_ids,
             "choices": self.choices,

@@ -122,6 +122,11 @@ def _env_kwargs(env: EnvConfig, tokenizer: Any, overrides: Mapping[str, Any]) ->
     return kwargs
 
 
+OUTCOMES = ("won", "lost", "truncated", "env_error")
+"""How a rollout ends: its task solved; ended by the env without a win; cut by the step limit (or
+the env's own); cut by a failure of the env or its worker."""
+
+
 @dataclass
 class EpisodeStep(Generic[R]):
     """One step of an episode: the prompt the env wrote, its fingerprints, the response, the outcome."""
@@ -151,6 +156,15 @@ class Episode(Generic[R]):
     score: float = 0.0
     truncated: bool = False
     env_error: bool = False
+
+    @property
+    def outcome(self) -> str:
+        """How it ended, one of :data:`OUTCOMES`."""
+        if self.env_error:
+            return "env_error"
+        if self.won:
+            return "won"
+        return "truncated" if self.truncated else "lost"
 
 
 def play_episodes(
@@ -207,8 +221,9 @@ def play_episodes(
 def step_columns(episodes: Sequence[Episode[Any]]) -> dict[str, np.ndarray]:
     """The advantage estimators' input columns of ``episodes``, one row per step in episode order:
     ``group_id``, ``traj_id`` (the member), ``step``, ``reward``, ``invalid``, ``fingerprints``
-    (uint64, n x (K+1)) and ``next_state`` (uint64, the key of the state each step led to); pass
-    them to :func:`hgpo_train.advantage.compute_advantages`."""
+    (uint64, n x (K+1)), ``next_state`` (uint64, the key of the state each step led to) and
+    ``outcome`` (how the step's rollout ended, one of :data:`OUTCOMES`); pass them to
+    :func:`hgpo_train.advantage.compute_advantages`."""
     steps = [(e, k, s) for e in episodes for k, s in enumerate(e.steps)]
     levels = len(steps[0][2].fingerprints) if steps else 1
     return {
@@ -219,6 +234,7 @@ def step_columns(episodes: Sequence[Episode[Any]]) -> dict[str, np.ndarray]:
         "invalid": np.array([s.invalid for _, _, s in steps], dtype=bool),
         "fingerprints": np.array([s.fingerprints for _, _, s in steps], dtype=np.uint64).reshape(-1, levels),
         "next_state": np.array([s.next_state for _, _, s in steps], dtype=np.uint64),
+        "outcome": np.array([e.outcome for e, _, _ in steps], dtype=f"<U{max(map(len, OUTCOMES))}"),
     }
 
 

@@ -220,6 +220,12 @@ def test_rollout_records_one_row_per_step_with_the_prompts_fingerprints(tiny):
         # each step's next state is the state the next step acts in; the last one's is the terminal one
         assert (batch.next_state[rows[:-1]] == batch.fingerprints[rows[1:], 0]).all()
         assert batch.next_state[rows[-1]] != 0
+        # every row carries how its rollout ended, as the episode summary says
+        (episode,) = np.flatnonzero((batch.episodes.group_id == g) & (batch.episodes.traj_id == t))
+        won, truncated = batch.episodes.won[episode], batch.episodes.truncated[episode]
+        expected = "won" if won else "truncated" if truncated else "lost"
+        assert set(batch.outcome[rows]) == {expected}
+    assert set(batch.outcome) >= {"truncated"}  # a tiny random model runs out of its 5 steps
     assert set(batch.extras["timing"]) == {"env_s", "generate_s"}
     assert batch.metrics()["rollout/invalid_rate"] == 0.0
 
