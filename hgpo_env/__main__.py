@@ -14,7 +14,7 @@ from typing import Any
 import gymnasium as gym
 
 import hgpo_env
-from hgpo_env.registration import import_env_module
+from hgpo_env.registration import MissingExtraError, import_env_module
 
 DOWNLOADABLE = ("alfworld", "webshop")
 
@@ -68,7 +68,7 @@ def env_from_args(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     return import_env_module(args.env_id), parse_env_kwargs(args.env_kwargs)
 
 
-BAD_ENV = (gym.error.Error, ValueError, TypeError, FileNotFoundError)
+BAD_ENV = (gym.error.Error, ValueError, TypeError, FileNotFoundError, MissingExtraError)
 """What a bad env id or env argument raises: reported in one line."""
 
 
@@ -108,6 +108,7 @@ def check(args: argparse.Namespace) -> int:
             max_steps=args.max_steps,
             history_length=args.history_length,
             seed=args.seed,
+            **({"probes": args.probe} if args.probe else {}),
         )
     except BAD_ENV as error:
         print(f"error: {error}", file=sys.stderr)
@@ -134,6 +135,12 @@ def main(argv: list[str] | None = None) -> int:
     health.add_argument("--max-steps", type=int, default=20, help="steps per episode at most")
     health.add_argument("--history-length", type=int, default=2, help="K")
     health.add_argument("--seed", type=int, default=0)
+    health.add_argument(
+        "--probe",
+        action="append",
+        metavar="COMMAND",
+        help="a command to try on a free-form env without an expert (repeat it; default: look, inventory, wait, help)",
+    )
     server = commands.add_parser("serve", help="serve an env over the network as an OpenEnv environment")
     server.add_argument("env_id", help='a registered id, or "module:Id" to import module first')
     server.add_argument(

@@ -45,6 +45,10 @@ class Raw(NamedTuple):
     """Its reward for the last step (0 after a reset)."""
     command: str | None = None
     """The command just sent (None after a reset)."""
+    terminated: bool = False
+    """The env ended the episode with this answer."""
+    truncated: bool = False
+    """The env cut the episode with this answer (its own step or turn limit)."""
 
 
 Source = str | Callable[[Raw], Any] | None
@@ -104,7 +108,9 @@ class TextEnvSpec:
     accepted: Source = None
     """The env's own verdict on the command just sent (bool). None: every sent command counts."""
     won: Source = None
-    """Whether the task is solved (bool). None: a step that terminates with a positive reward."""
+    """Whether the task is solved (bool). None: a step that terminates with a positive reward and
+    that the env does not also mark truncated (running out of turns is no win, whatever it pays);
+    name the env's own verdict where it has one."""
     score: Source = None
     """Env-native score (float). None: 1.0 when won, else 0.0."""
     task_type: Source = None
@@ -223,18 +229,25 @@ class TextAdapter(TextEnv):
         except ValueError:
             return Transition(self.observation, 0.0, accepted=False)
         observation, reward, terminated, truncated, info = self._call(self._step_env, self.env, action)
-        raw = Raw(self.env, observation, dict(info or {}), float(reward), command)
+        raw = Raw(
+            self.env, observation, dict(info or {}), float(reward), command, bool(terminated), bool(truncated)
+        )
         accepted = True if self.text_spec.accepted is None else bool(_read(self.text_spec.accepted, raw))
         was_won = self._won
-        self._terminated = bool(terminated)
+        self._terminated = raw.terminated
         if self.text_spec.won is None:
-            self._won = self._won or (self._terminated and raw.reward > 0)
+            self._won = self._won or (raw.terminated and not raw.truncated and raw.reward > 0)
         shown = self._absorb(raw, accepted)
         if self.reward_mode == "native":
             reward = raw.reward
         else:
             reward = self.success_reward if self._won and not was_won else 0.0
         return Transition(shown, reward, accepted, bool(truncated))
+
+    @property
+    def last_answer(self) -> Raw:
+        """The env's last answer, as the spec's callables saw it."""
+        return self._raw
 
     @property
     def admissible_actions(self) -> list[str]:

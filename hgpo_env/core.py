@@ -52,7 +52,8 @@ class TextEnv(gym.Env[str, str], abc.ABC):
     """A text game with admissible commands, a task and a success condition.
 
     ``reset(seed=..., options={"task_id": i})`` starts task ``i``; without a ``task_id`` the task
-    is drawn from ``np_random``, so the same seed gives the same task. ``step(command)`` spends a
+    is drawn from ``np_random``, so the same seed gives the same task (seed ``s`` is not task
+    ``s``). ``info["task_id"]`` names the task played, so it can be replayed. ``step(command)`` spends a
     step whatever the command; one that is empty, or not admissible where
     :attr:`check_admissible` is set, leaves the state and observation unchanged and reports
     ``action_valid=False``. ``protocol`` names the response rules (:mod:`hgpo_env.protocol`)
@@ -236,4 +237,4 @@ class TextEnv(gym.Env[str, str], abc.ABC):
             "state_text": self.state_text,
             "task_key": self._task_key,
         }
-        return dict(info)
+        return {**info, "task_id": self.task_id}

@@ -48,6 +48,10 @@ EXTRAS = {
 """Env package -> the pip extra that installs its engine's dependencies."""
 
 
+class MissingExtraError(ModuleNotFoundError):
+    """An env package's third-party dependency is not installed; the message names the extra."""
+
+
 @contextlib.contextmanager
 def extra_hint(module: str) -> Iterator[None]:
     """Turn a missing third-party module of an hgpo_env package into one line naming its extra."""
@@ -58,7 +62,7 @@ def extra_hint(module: str) -> Iterator[None]:
         if extra is None or (error.name or "hgpo_env").startswith("hgpo_env"):
             raise
         message = f'{module} needs the {extra} extra (no module {error.name!r}): pip install -e ".[{extra}]"'
-        raise ModuleNotFoundError(message, name=error.name) from None
+        raise MissingExtraError(message, name=error.name) from None
 
 
 def _load_class(path: str) -> Callable[..., gym.Env[str, str]]:

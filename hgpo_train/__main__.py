@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _train(config: Config, args: argparse.Namespace) -> int:
+    from hgpo_env.registration import MissingExtraError
     from hgpo_env.vector import PoolError
     from hgpo_train.checkpoint import CheckpointError
     from hgpo_train.modeling import ModelLoadError
@@ -92,7 +93,7 @@ def _train(config: Config, args: argparse.Namespace) -> int:
 
     try:
         trainer = Trainer(config, allow_config_change=args.allow_config_change, overwrite=args.overwrite)
-    except (ConfigError, ModelLoadError, PoolError, OSError, ValueError) as error:
+    except (ConfigError, ModelLoadError, PoolError, MissingExtraError, OSError, ValueError) as error:
         print(f"error: {type(error).__name__}: {error}", file=sys.stderr)  # bad config, model or data
         return 2
     if trainer.resumed_from is not None:

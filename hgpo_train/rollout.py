@@ -173,6 +173,7 @@ def play_episodes(
     *,
     seeds: Sequence[int] | None = None,
     task_ids: Sequence[int] | None = None,
+    on_turn: Callable[[int, int, int], None] | None = None,
 ) -> list[Episode[R]]:
     """Play one episode in every env of ``pool`` (one seed / task id per group), in lockstep turns.
 
@@ -180,7 +181,8 @@ def play_episodes(
     one call (batched generation), with each prompt's ``info``; it returns one response per
     prompt, anything with a ``text`` attribute, kept as the step's ``response``. This loop is
     framework-neutral: the trainer, its OpenRLHF backend and the TRL integration differ only in
-    ``respond``. Episodes come back in env order (group by group).
+    ``respond``. Episodes come back in env order (group by group). ``on_turn(turn, running,
+    steps)`` is called after each turn (for progress: envs still in an episode, steps so far).
     """
     resets = pool.reset(seeds=seeds, task_ids=task_ids)
     prompts = {r.env_index: r.obs for r in resets}
@@ -189,6 +191,7 @@ def play_episodes(
         r.env_index: Episode(r.group, r.member, r.info["task"], r.info.get("task_type")) for r in resets
     }
     active = [r.env_index for r in resets]
+    turn = steps = 0
     while active:
         responses = respond([prompts[i] for i in active], [infos[i] for i in active])
         if len(responses) != len(active):
@@ -215,6 +218,9 @@ def play_episodes(
                 episode.truncated = result.truncated
                 episode.env_error = failed
         active = [r.env_index for r in results if not r.done]
+        turn, steps = turn + 1, steps + len(results)
+        if on_turn is not None:
+            on_turn(turn, len(active), steps)
     return [episodes[i] for i in sorted(episodes)]
 
 
@@ -246,10 +252,12 @@ def collect_rollouts(
     task_ids: Sequence[int] | None = None,
     constrained: bool = False,
     temperature: float | None = None,
+    on_turn: Callable[[int, int, int], None] | None = None,
 ) -> StepBatch:
     """Play one episode in every env of ``pool`` (one seed / task id per group) and record each step.
 
-    ``constrained`` restricts every response to the admissible commands of its prompt.
+    ``constrained`` restricts every response to the admissible commands of its prompt; ``on_turn``
+    reports progress (:func:`play_episodes`).
     ``batch.extras["timing"]`` holds the seconds spent in the envs and in generation.
     """
     generate_s = 0.0
@@ -263,7 +271,7 @@ def collect_rollouts(
         return generations
 
     start = time.perf_counter()
-    episodes = play_episodes(pool, respond, seeds=seeds, task_ids=task_ids)
+    episodes = play_episodes(pool, respond, seeds=seeds, task_ids=task_ids, on_turn=on_turn)
     batch = _to_batch(episodes)
     batch.extras["timing"] = {"env_s": time.perf_counter() - start - generate_s, "generate_s": generate_s}
     return batch

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,8 @@ class Trainer:
         self.pool: GroupedEnvPool | None = None
         self.evaluator: Evaluator | None = None
         self.logger: MetricsLogger | None = None
+        self.status: Callable[[str], None] = _quiet
+        """Shows what the current iteration is doing (the progress bar's description while training)."""
         self.resumed_from: Path | None = None
         self.completed = 0
         """Iterations done so far, resumed ones included."""
@@ -183,6 +186,7 @@ class Trainer:
         advantage_s = time.perf_counter() - start
 
         start = time.perf_counter()
+        self.status(f"update on {len(batch)} steps")
         update_metrics = self.updater.update(batch, advantages, rng)
         update_s = time.perf_counter() - start
         start = time.perf_counter()
@@ -220,6 +224,9 @@ class Trainer:
                     seeds=seeds,
                     task_ids=task_ids,
                     constrained=self.config.generation.constrained,
+                    on_turn=lambda turn, running, steps: self.status(
+                        f"rollout turn {turn}: {running}/{self.pool.num_envs} episodes running, {steps} steps"
+                    ),
                 )
             except GroupMismatchError:  # the env is not deterministic: a retry would not help
                 raise
@@ -247,12 +254,14 @@ class Trainer:
         if cfg.eval_every and self.start_iteration == 0:
             self.logger.log(0, self.evaluate(prefix="eval/"))
         progress = _progress(cfg.iterations, self.start_iteration, self.config.logging.progress_bar)
+        self.status = lambda text: progress.set_description_str(text, refresh=True)
         try:
             for iteration in range(self.start_iteration, cfg.iterations):
                 start = time.perf_counter()
                 metrics = self.run_iteration(iteration).metrics
                 done = iteration + 1
                 if cfg.eval_every and (done % cfg.eval_every == 0 or done == cfg.iterations):
+                    self.status("evaluation")
                     metrics.update(self.evaluate(prefix="eval/"))
                 metrics["time/iteration_s"] = time.perf_counter() - start
                 self.logger.log(done, metrics)
@@ -269,6 +278,7 @@ class Trainer:
                 )
                 progress.update(1)
         finally:
+            self.status = _quiet
             progress.close()
         return metrics
 
@@ -312,6 +322,10 @@ def grouping_metrics(batch: StepBatch, config: Config) -> dict[str, float]:
     rollouts = batch.group_id * config.env.group_size + batch.traj_id
     returns = step_returns(batch.reward, rollouts, adv.gamma, batch.invalid, adv.invalid_penalty)
     return grouping_diagnostics(batch.group_id, batch.fingerprints, returns, adv.mode)
+
+
+def _quiet(text: str) -> None:
+    """A status line nobody shows (outside :meth:`Trainer.fit`)."""
 
 
 def _progress(total: int, initial: int, enabled: bool) -> Any:

@@ -76,14 +76,28 @@ class Lockbox(gym.Env):
         return "A lockbox. Turn a dial.", {}
 
     def _draw(self) -> int:
-        return int(self.np_random.integers(1, 1000))
+        return int(self.np_random.integers(1, 7))
 
     def step(self, action):
-        if action == "open":
+        if action == "open":  # a wrong try jams the box for good
             opened = self.turns == self.combination
-            return ("The box opens." if opened else "Locked."), float(opened), opened, False, {}
+            return ("The box opens." if opened else "Jammed."), float(opened), True, False, {}
         self.turns += 1
         return ("Click." if self.turns == self.combination else "Silence."), 0.0, False, False, {}
+
+
+class ExpertLockbox(Lockbox):
+    """A lockbox that knows its combination and says what to do next."""
+
+    def expert_action(self) -> str:
+        return "open" if self.turns == self.combination else "turn"
+
+
+class StuckLockbox(Lockbox):
+    """Ignores its seed: every task is the same box."""
+
+    def _draw(self) -> int:
+        return 3
 
 
 class GlobalLockbox(Lockbox):
@@ -102,7 +116,9 @@ LOCKBOX = TextEnvSpec(
 )
 
 hgpo_env.register_text_env("TestDial-v0", Dial, SPEC, limit=100)
-hgpo_env.register_text_env("TestLockbox-v0", Lockbox, LOCKBOX)
+hgpo_env.register_text_env("TestLockbox-v0", ExpertLockbox, LOCKBOX)
+hgpo_env.register_text_env("TestLockboxPlainKey-v0", Lockbox, dataclasses.replace(LOCKBOX, task_key=None))
+hgpo_env.register_text_env("TestStuckLockbox-v0", StuckLockbox, LOCKBOX)
 hgpo_env.register_text_env("TestGlobalLockbox-v0", GlobalLockbox, LOCKBOX, isolate_rng=False)
 hgpo_env.register_text_env(
     "TestLockboxDefaultKey-v0", GlobalLockbox, dataclasses.replace(LOCKBOX, task_key=None), isolate_rng=False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -209,3 +210,14 @@ def test_env_servers_go_with_the_openenv_backend():
         load_config(env="rooms", overrides=["env.backend=openenv"])
     with pytest.raises(ConfigError, match="needs env.servers"):
         load_config(env="rooms", overrides=["env.servers=[http://127.0.0.1:8000]"])
+
+
+def test_a_missing_env_extra_is_one_line(tmp_path, monkeypatch, capsys):
+    """Without the webshop extra, the trainer says which extra to install, in one line."""
+    monkeypatch.setitem(sys.modules, "bm25s", None)  # as if the extra were missing
+    for name in [m for m in sys.modules if m.startswith("hgpo_env.envs.webshop")]:
+        monkeypatch.delitem(sys.modules, name)
+    code = main(["--env", "webshop", f"train.output_dir={tmp_path / 'run'}"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "needs the webshop extra" in err and 'pip install -e ".[webshop]"' in err

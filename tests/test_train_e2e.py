@@ -354,3 +354,19 @@ def test_training_with_the_env_workers_behind_an_env_server(tmp_path):
     )
     assert {"rollout/success_rate", "rollout/invalid_rate", "rollout/episode_length"} <= set(keys)
     assert [[r.get(k) for k in keys] for r in runs[0]] == [[r.get(k) for k in keys] for r in runs[1]]
+
+
+def test_an_iteration_shows_its_progress(tmp_path, capsys):
+    """Long iterations say what they are doing: rollout turns, then the update, on the progress bar."""
+    overrides = [*ROOMS, "logging.progress_bar=true", "train.iterations=1", f"train.output_dir={tmp_path}"]
+    trainer = Trainer(load_config(None, overrides, env="rooms"))
+    statuses: list[str] = []
+    try:
+        trainer.status = statuses.append
+        trainer.run_iteration(0)
+        trainer.fit()
+    finally:
+        trainer.close()
+    assert statuses[0].startswith("rollout turn 1: ") and "episodes running" in statuses[0]
+    assert statuses[-1].startswith("update on ") and len(statuses) >= 3
+    assert "rollout turn 1: " in capsys.readouterr().err  # fit() shows them on its bar

@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from hgpo_env.registration import MissingExtraError
 from hgpo_train.config import Config, ConfigError, add_resume_flags, check_resumed_config, describe_options
 from hgpo_train.openrlhf.arguments import namespace_dict, openrlhf_argv
 from hgpo_train.openrlhf.settings import SECTION, OpenRLHFConfig, load_run
@@ -213,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         return train(
             config, cluster, paths, allow_config_change=args.allow_config_change, overwrite=args.overwrite
         )
-    except ConfigError as error:
+    except (ConfigError, MissingExtraError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
 

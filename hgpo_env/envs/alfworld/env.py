@@ -63,8 +63,8 @@ def split_opening(opening: str) -> tuple[str, str]:
 class ALFWorldEnv(TextEnv):
     """ALFWorld's household text games (``split`` of the data found by :func:`~.locate.locate`).
 
-    ``info`` adds ``data_source`` (``"official"`` or ``"generated"``), ``game_file`` and
-    ``task_id`` to the contract's keys.
+    ``info`` adds ``data_source`` (``"official"`` or ``"generated"``) and ``game_file`` to the
+    contract's keys.
     """
 
     env_family = "alfworld"
@@ -193,9 +193,7 @@ class ALFWorldEnv(TextEnv):
 
     def _info(self, action_valid: bool) -> dict[str, Any]:
         info = super()._info(action_valid)
-        info.update(
-            data_source=self.data.source, game_file=str(self.games[self.task_id].path), task_id=self.task_id
-        )
+        info.update(data_source=self.data.source, game_file=str(self.games[self.task_id].path))
         return info
 
     def close(self) -> None:
