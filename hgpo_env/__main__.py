@@ -78,6 +78,8 @@ def serve(args: argparse.Namespace) -> int:
     with extra_hint("hgpo_env.serve"):
         from hgpo_env.serve.server import serve as run_server
 
+    from hgpo_env.serve.auth import read_token
+
     env_id, env_kwargs = env_from_args(args)
     try:
         run_server(
@@ -88,6 +90,10 @@ def serve(args: argparse.Namespace) -> int:
             max_sessions=args.max_sessions,
             session_timeout=args.session_timeout,
             threads=args.threads,
+            token=read_token(args.token_file),
+            insecure=args.insecure,
+            allow=args.allow or (),
+            http_sessions=args.http_sessions,
         )
     except BAD_ENV as error:
         print(f"error: {error}", file=sys.stderr)
@@ -144,13 +150,38 @@ def main(argv: list[str] | None = None) -> int:
     server = commands.add_parser("serve", help="serve an env over the network as an OpenEnv environment")
     server.add_argument("env_id", help='a registered id, or "module:Id" to import module first')
     server.add_argument(
-        "env_kwargs", nargs="*", metavar="key=value", help="env arguments (a reset may override)"
+        "env_kwargs", nargs="*", metavar="key=value", help="env arguments, fixed for every session"
     )
-    server.add_argument("--host", default="127.0.0.1", help="address to bind (nothing is authenticated)")
+    server.add_argument(
+        "--allow",
+        action="append",
+        metavar="KEY[=LOW..HIGH]",
+        help="an env argument clients may set at reset, within bounds if given (repeat it)",
+    )
+    server.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind; one other machines reach needs a token (or --insecure)",
+    )
+    server.add_argument(
+        "--token-file",
+        default=None,
+        help="file holding the bearer token every request must carry (default: $HGPO_SERVE_TOKEN, if set)",
+    )
+    server.add_argument(
+        "--insecure",
+        action="store_true",
+        help="serve a non-loopback address without a token (a trusted network only)",
+    )
     server.add_argument("--port", type=int, default=8000)
     server.add_argument("--max-sessions", type=int, default=64, help="concurrent episodes at most")
     server.add_argument(
         "--session-timeout", type=float, default=None, help="reclaim sessions idle this long (s)"
+    )
+    server.add_argument(
+        "--http-sessions",
+        action="store_true",
+        help="also serve OpenEnv's HTTP /reset, /step, /state and /mcp routes (outside --max-sessions)",
     )
     server.add_argument(
         "--threads", action="store_true", help="step sessions in threads (for envs that wait on Java engines)"

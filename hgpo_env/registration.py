@@ -65,7 +65,8 @@ def extra_hint(module: str) -> Iterator[None]:
         raise MissingExtraError(message, name=error.name) from None
 
 
-def _load_class(path: str) -> Callable[..., gym.Env[str, str]]:
+def load_class(path: str) -> Callable[..., gym.Env[str, str]]:
+    """The env class (or factory) at ``"module:name"``, a missing extra named in one line."""
     module, _, name = path.partition(":")
     with extra_hint(module):
         return getattr(importlib.import_module(module), name)
@@ -100,7 +101,7 @@ def make_agent_env(
             "max_prompt_tokens": max_prompt_tokens,
         },
     )
-    cls = _load_class(env_class) if isinstance(env_class, str) else env_class
+    cls = load_class(env_class) if isinstance(env_class, str) else env_class
     if isinstance(cls, type):
         check_argument_types(cls.__init__, env_kwargs)
     with extra_hint(getattr(cls, "__module__", "").rpartition(".")[0]):

@@ -111,6 +111,8 @@ class EnvConfig:
     ``env.servers`` (``python -m hgpo_env serve``), driven by local worker processes."""
     servers: list[str] = field(default_factory=list)
     """Env server URLs (``http://host:port``) for ``env.backend: openenv``; envs spread over them."""
+    server_token_file: str | None = None
+    """File holding the servers' bearer token (None: ``$HGPO_SERVE_TOKEN``, if set); never the token itself."""
     max_prompt_tokens: int | None = None
     """Token budget of the prompt text; the memory window shrinks to fit (None: no budget)."""
     kwargs: dict[str, Any] = field(default_factory=dict)

@@ -17,6 +17,7 @@ import gymnasium as gym
 import numpy as np
 
 import hgpo_env  # noqa: F401  (registers the HGPO-* ids)
+from hgpo_env.serve.auth import read_token
 from hgpo_env.vector import GroupedEnvPool
 from hgpo_train.batch import Episodes, StepBatch
 from hgpo_train.config import EnvConfig
@@ -66,6 +67,7 @@ def make_pool(
     options = {
         "backend": env.backend,
         **({"servers": list(env.servers)} if env.servers else {}),
+        **({"server_token": read_token(env.server_token_file)} if env.server_token_file else {}),
         **(pool_options or {}),
     }
     kwargs = _env_kwargs(env, tokenizer, env_kwargs or {})
@@ -101,7 +103,8 @@ def _make_env(env: EnvConfig, kwargs: Mapping[str, Any]) -> gym.Env:
         return gym.make(env.env_id, **kwargs)
     from hgpo_env.serve.client import RemoteEnv
 
-    return RemoteEnv(env.servers, env_id=env.env_id, **kwargs)
+    token = read_token(env.server_token_file) if env.server_token_file else None
+    return RemoteEnv(env.servers, env_id=env.env_id, token=token, **kwargs)
 
 
 def _env_kwargs(env: EnvConfig, tokenizer: Any, overrides: Mapping[str, Any]) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -115,7 +116,15 @@ LOCKBOX = TextEnvSpec(
     task_key=lambda raw: raw.env.combination,
 )
 
+
+def slow_dial(split: str = "train") -> Dial:
+    """A dial that takes a while to build, as envs that load a catalog or a game set do."""
+    time.sleep(0.3)
+    return Dial()
+
+
 hgpo_env.register_text_env("TestDial-v0", Dial, SPEC, limit=100)
+hgpo_env.register_text_env("TestSlowDial-v0", slow_dial, dataclasses.replace(SPEC, num_tasks=400))
 hgpo_env.register_text_env("TestLockbox-v0", ExpertLockbox, LOCKBOX)
 hgpo_env.register_text_env("TestLockboxPlainKey-v0", Lockbox, dataclasses.replace(LOCKBOX, task_key=None))
 hgpo_env.register_text_env("TestStuckLockbox-v0", StuckLockbox, LOCKBOX)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import socket
 import subprocess
 import sys
@@ -13,19 +15,29 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
+def ws_request(ws, kind: str, data: dict | None = None) -> dict:
+    """One message on an open ``/ws`` socket and its answer."""
+    ws.send(json.dumps({"type": kind, **({"data": data} if data is not None else {})}))
+    return json.loads(ws.recv(timeout=60))
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
 
 
-def wait_healthy(url: str, process: subprocess.Popen, log: Path, timeout: float = 60.0) -> None:
+def wait_healthy(
+    url: str, process: subprocess.Popen, log: Path, timeout: float = 60.0, token: str | None = None
+) -> None:
     deadline = time.monotonic() + timeout
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"server exited with {process.returncode}:\n{log.read_text()}")
         try:
-            with urllib.request.urlopen(f"{url}/health", timeout=1) as answer:
+            request = urllib.request.Request(f"{url}/health", headers=headers)
+            with urllib.request.urlopen(request, timeout=1) as answer:
                 if answer.status == 200:
                     return
         except OSError:
@@ -34,21 +46,34 @@ def wait_healthy(url: str, process: subprocess.Popen, log: Path, timeout: float 
 
 
 @contextlib.contextmanager
-def running_server(env_id: str = "HGPO-Rooms-v0", *args: str) -> Iterator[tuple[str, subprocess.Popen]]:
-    """A server subprocess; yields its base URL and process, and stops it (by pid) after."""
+def running_server(
+    env_id: str = "HGPO-Rooms-v0", *args: str, token: str | None = None
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """A server subprocess (the tests folder importable, for ``byo_envs:Id``; with ``token``, a
+    token file); yields its base URL and process, and stops it (by pid) after."""
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="hgpo-serve-") as folder:
         log = Path(folder) / "server.log"
+        if token is not None:
+            (Path(folder) / "token").write_text(token + "\n")
+            args = (*args, "--token-file", str(Path(folder) / "token"))
+        tests = str(Path(__file__).resolve().parent)
+        environment = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")])),
+        }
+        environment.pop("HGPO_SERVE_TOKEN", None)
         with log.open("w") as sink:
             process = subprocess.Popen(
                 [sys.executable, "-m", "hgpo_env", "serve", env_id, *args, "--port", str(port)],
                 stdout=sink,
                 stderr=subprocess.STDOUT,
                 cwd=folder,
+                env=environment,
             )
         url = f"http://127.0.0.1:{port}"
         try:
-            wait_healthy(url, process, log)
+            wait_healthy(url, process, log, token=token)
             yield url, process
         finally:
             if process.poll() is None:

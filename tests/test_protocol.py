@@ -216,7 +216,9 @@ def test_a_missing_extra_is_named_in_one_line(blocked, env_id, extra):
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
     )
     last = result.stderr.strip().splitlines()[-1]
-    assert result.returncode != 0 and last.startswith("ModuleNotFoundError")
+    assert result.returncode != 0 and last.startswith(
+        "hgpo_env.registration.MissingExtraError"
+    )  # a ModuleNotFoundError
     assert f'pip install -e ".[{extra}]"' in last
 
 

@@ -12,7 +12,7 @@ import time
 import gymnasium as gym
 import pytest
 from openenv.core import GenericEnvClient
-from serve_helpers import running_server
+from serve_helpers import running_server, ws_request
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
@@ -24,7 +24,9 @@ from hgpo_env.vector import GroupedEnvPool
 
 @pytest.fixture(scope="module")
 def rooms_server():
-    with running_server("HGPO-Rooms-v0", "history_length=2", "--max-sessions", "80") as (url, _):
+    with running_server(
+        "HGPO-Rooms-v0", "history_length=2", "--max-sessions", "80", "--allow", "max_steps=1..100"
+    ) as (url, _):
         yield url
 
 
@@ -39,11 +41,6 @@ def expert_episode(env, task_id, seed=3):
         trace.append((prompt, reward, terminated, truncated, info["fingerprints"]))
         if terminated or truncated:
             return trace, responses
-
-
-def ws_request(ws, kind, data=None):
-    ws.send(json.dumps({"type": kind, **({"data": data} if data is not None else {})}))
-    return json.loads(ws.recv(timeout=30))
 
 
 def test_openenv_client_plays_what_gym_make_plays_in_process(rooms_server):
@@ -115,6 +112,12 @@ BAD = [
     (json.dumps({"type": "step", "data": {"response": "x" * 10_000_000}}), "EXECUTION_ERROR"),
     (json.dumps({"type": "reset", "data": {"sed": 1}}), "EXECUTION_ERROR"),  # a typo is refused, not dropped
     (json.dumps({"type": "reset", "data": {"env_id": "HGPO-WebShop-v0"}}), "EXECUTION_ERROR"),
+    # frames OpenEnv's own loop cannot read, which used to end the session (FrameGuard answers them)
+    ("[1, 2]", "VALIDATION_ERROR"),
+    ("null", "VALIDATION_ERROR"),
+    (b"\x00binary", "INVALID_JSON"),
+    ("[" * 2000 + "]" * 2000, "INVALID_JSON"),
+    ('{"type": "reset", "data": {"seed": ' + "9" * 5000 + "}}", "INVALID_JSON"),
 ]
 
 
@@ -209,7 +212,14 @@ def test_sigterm_closes_sessions_and_exits():
 
 
 def test_the_pool_over_two_servers_survives_losing_one():
-    with running_server("HGPO-Rooms-v0") as (first, _), running_server("HGPO-Rooms-v0") as (second, doomed):
+    served = ("history_length=2", "response_format=plain", "max_steps=30")
+    with (
+        running_server("HGPO-Rooms-v0", *served) as (first, _),
+        running_server("HGPO-Rooms-v0", *served) as (
+            second,
+            doomed,
+        ),
+    ):
         options = {"history_length": 2, "response_format": "plain", "max_steps": 30}
         with GroupedEnvPool(
             "HGPO-Rooms-v0", 4, 4, num_workers=4, seed=0, backend="openenv", servers=[first, second],
@@ -255,8 +265,8 @@ def test_task_api_splits_and_a_reset_by_split_and_index(rooms_server):
 
 def test_a_server_that_stops_answering_truncates_only_its_episodes_within_the_step_timeout():
     with (
-        running_server("HGPO-Rooms-v0") as (live, _),
-        running_server("HGPO-Rooms-v0") as (hung, frozen),
+        running_server("HGPO-Rooms-v0", "response_format=plain") as (live, _),
+        running_server("HGPO-Rooms-v0", "response_format=plain") as (hung, frozen),
         GroupedEnvPool(
             "HGPO-Rooms-v0", 2, 2, num_workers=2, seed=0, backend="openenv", servers=[live, hung],
             step_timeout=2, response_format="plain",

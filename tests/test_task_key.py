@@ -139,3 +139,15 @@ def test_a_dropped_seed_changes_the_default_key():
         env = hgpo_env.KStepMemory(hgpo_env.ParseResponse(SeedDropper(text_env), "plain"))
         keys.add(env.reset(seed=5)[1]["task_key"])
     assert len(keys) == 4
+
+
+def test_the_check_plays_the_wrapped_envs_expert_and_flags_seed_blind_tasks():
+    from hgpo_env.check import check_env_health
+
+    keyed = check_env_health("TestLockbox-v0", {"max_steps": 12}, groups=3, group_size=2)
+    assert keyed.ok and not keyed.warnings, keyed.format()
+    assert keyed.won >= 3  # the even members follow the lockbox's own expert_action: every one opens it
+    plain = check_env_health("TestLockboxPlainKey-v0", {"max_steps": 12}, groups=3, group_size=2)
+    assert plain.ok and "cannot see what the seed hides" in " ".join(plain.warnings), plain.format()
+    stuck = check_env_health("TestStuckLockbox-v0", {"max_steps": 12}, groups=3, group_size=2)
+    assert stuck.ok and "may ignore its seed" in " ".join(stuck.warnings), stuck.format()

@@ -339,7 +339,8 @@ def test_training_with_the_env_workers_behind_an_env_server(tmp_path):
         local.fit()
     finally:
         local.close()
-    with running_server("HGPO-Rooms-v0") as (url, _):
+    served = ["response_format=plain", "max_steps=4", "min_rooms=2", "max_rooms=3", "lock_probability=0.0"]
+    with running_server("HGPO-Rooms-v0", *served) as (url, _):  # the operator's arguments: the trainer's
         remote = _trainer(
             "rooms", tmp_path / "remote", [*small, "env.backend=openenv", f"env.servers=[{url}]"]
         )

@@ -19,6 +19,7 @@ from openenv.core.env_client import EnvClient
 from openenv.core.env_server.types import State
 
 from hgpo_env.core import TextSpace
+from hgpo_env.serve.auth import auth_headers, read_token
 from hgpo_env.serve.wire import HGPOAction, HGPOObservation, info_from_wire
 
 
@@ -53,6 +54,7 @@ class RemoteEnv(gym.Env[str, str]):
         primary: index of the server tried first.
         timeout: seconds to wait for one answer (and to connect).
         env_id: the env the servers must serve (checked at reset); None accepts any.
+        token: the servers' bearer token; None reads ``$HGPO_SERVE_TOKEN`` (:mod:`~hgpo_env.serve.auth`).
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
@@ -64,6 +66,7 @@ class RemoteEnv(gym.Env[str, str]):
         *,
         timeout: float = 60.0,
         env_id: str | None = None,
+        token: str | None = None,
         **env_kwargs: Any,
     ) -> None:
         if not servers:
@@ -76,6 +79,7 @@ class RemoteEnv(gym.Env[str, str]):
         self.servers = list(servers)
         self.primary = primary % len(self.servers)
         self.timeout = timeout
+        self.headers = auth_headers(token or read_token())
         self.env_kwargs = env_kwargs
         self.observation_space = TextSpace(2**24)
         self.action_space = TextSpace(2**24)
@@ -83,7 +87,9 @@ class RemoteEnv(gym.Env[str, str]):
         self._client: Any = None
 
     def _connect(self, url: str) -> Any:
-        client = HGPOEnvClient(base_url=url, connect_timeout_s=self.timeout, message_timeout_s=self.timeout)
+        client = HGPOEnvClient(
+            base_url=url, connect_timeout_s=self.timeout, message_timeout_s=self.timeout, headers=self.headers
+        )
         return client.sync()
 
     def reset(

@@ -3,43 +3,76 @@
 The app is OpenEnv's own (``create_app``): episodes run over its ``/ws`` WebSocket, one env per
 connection; its stateless HTTP ``/reset`` and ``/step`` make a fresh env per request and are of
 no use for an episode. Each session's env is ``gymnasium.make(ENV_ID, **kwargs)``: the server's
-keyword arguments, updated by a reset's ``env_kwargs`` (a trainer's evaluation split, say). A
-reset takes ``seed`` and ``task_id`` (or the Task API's ``split`` and ``index``), so the members
-of a group play one task, as their ``initial_fingerprint`` shows.
+keyword arguments, which a reset's ``env_kwargs`` may only repeat, or change where the operator
+allows it (:mod:`hgpo_env.serve.choices`; the split is the client's). A reset takes ``seed`` and
+``task_id`` (or the Task API's ``split`` and ``index``), so the members
+of a group play one task, as their ``task_key`` and ``initial_fingerprint`` show (the pool checks them).
 
-Nothing is authenticated: the server binds 127.0.0.1 unless told otherwise; put it on another
-address only inside a network you trust.
+With a token (:mod:`hgpo_env.serve.auth`) every route and WebSocket upgrade needs it; without
+one the server binds loopback only, unless the operator says ``insecure``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import threading
 import typing
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
+import uvicorn
 from openenv.core.env_server import Environment, create_app
 from openenv.core.env_server.types import ConcurrencyConfig, EnvironmentMetadata, State
 
 import hgpo_env  # noqa: F401  (registers the HGPO-* ids)
+from hgpo_env.registration import import_env_module
+from hgpo_env.serve.auth import BearerAuth, check_bind
+from hgpo_env.serve.choices import Allowed, ClientChoices, redact_paths
+from hgpo_env.serve.frames import FrameGuard
 from hgpo_env.serve.wire import MAX_RESPONSE_CHARS, HGPOAction, HGPOObservation, info_to_wire
 
 
 class HGPOEnvironment(Environment[HGPOAction, HGPOObservation, State]):
-    """One session's env, made at its first reset (and again when a reset changes its kwargs)."""
+    """One session's env, made at its first reset (and again when a reset changes its kwargs).
+
+    Once the server closes the session (its client left, or it sat idle past the session
+    timeout) it stays closed: a client still holding the socket gets an error saying so, and the
+    server never makes an env beyond ``--max-sessions``."""
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 
-    def __init__(self, env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        env_id: str,
+        env_kwargs: Mapping[str, Any] | None = None,
+        choices: ClientChoices | None = None,
+        catalog: TaskCatalog | None = None,
+    ) -> None:
         super().__init__()
         self.env_id = env_id
         self.default_kwargs = dict(env_kwargs or {})
+        self.choices = choices or ClientChoices(env_id, self.default_kwargs)
+        self.catalog = catalog or TaskCatalog(env_id, self.default_kwargs)
         self.env: gym.Env | None = None
         self._kwargs: dict[str, Any] | None = None
         self._state = State(episode_id=None, step_count=0)
+        self._closed = False
 
-    def reset(
+    def reset(self, **request: Any) -> HGPOObservation:
+        """Start an episode: ``seed``, ``task_id`` (or ``index``) picks the task, ``split`` the env's
+        split, ``env_kwargs`` what the operator lets clients choose, ``env_id`` is checked,
+        ``episode_id`` names the episode.
+
+        Unknown arguments are refused (OpenEnv would drop them silently, and a group whose seed
+        was dropped would play different tasks)."""
+        kwargs, start = self._parse(**request)
+        self._make(kwargs)
+        return self._start(*start)
+
+    def _parse(
         self,
         seed: int | None = None,
         episode_id: str | None = None,
@@ -49,30 +82,37 @@ class HGPOEnvironment(Environment[HGPOAction, HGPOObservation, State]):
         env_kwargs: dict[str, Any] | None = None,
         env_id: str | None = None,
         **unknown: Any,
-    ) -> HGPOObservation:
-        """Start an episode; ``task_id`` (or ``index``) picks the task, ``split`` the env's split.
-
-        Unknown arguments are refused (OpenEnv would drop them silently, and a group whose seed
-        was dropped would play different tasks)."""
+    ) -> tuple[dict[str, Any], tuple[int | None, str | None, int | None]]:
+        """The env arguments a reset asks for, checked, and ``(seed, episode_id, task)``."""
+        self._check_open()
         if unknown:
             raise ValueError(
                 f"unknown reset arguments {sorted(unknown)}: reset takes seed, episode_id, task_id, "
                 "split, index, env_kwargs and env_id"
             )
-        if env_id is not None and env_id != self.env_id:
+        if env_id is not None and _bare_id(env_id) != _bare_id(self.env_id):
             raise ValueError(f"this server serves {self.env_id}, not {env_id}")
         if index is not None and task_id is not None and index != task_id:
             raise ValueError(f"index {index} and task_id {task_id} disagree: give one")
-        kwargs = {
-            **self.default_kwargs,
-            **(env_kwargs or {}),
-            **({"split": split} if split is not None else {}),
-        }
-        if self.env is None or kwargs != self._kwargs:
-            self.close()
-            self.env, self._kwargs = gym.make(self.env_id, **kwargs), kwargs
-        task = task_id if task_id is not None else index
-        prompt, info = self.env.reset(seed=seed, options=None if task is None else {"task_id": task})
+        kwargs = self.choices.resolve(
+            {**(env_kwargs or {}), **({"split": split} if split is not None else {})}
+        )
+        return kwargs, (seed, episode_id, task_id if task_id is not None else index)
+
+    def _needs_env(self, kwargs: Mapping[str, Any]) -> bool:
+        return self.env is None or kwargs != self._kwargs
+
+    def _make(self, kwargs: dict[str, Any]) -> None:
+        """Make the session's env with ``kwargs`` unless it already has that one."""
+        if self._needs_env(kwargs):
+            self._drop_env()
+            with _redacted():
+                self.env, self._kwargs = gym.make(self.env_id, **kwargs), kwargs
+
+    def _start(self, seed: int | None, episode_id: str | None, task: int | None) -> HGPOObservation:
+        assert self.env is not None
+        with _redacted():
+            prompt, info = self.env.reset(seed=seed, options=None if task is None else {"task_id": task})
         self._state = State(
             episode_id=episode_id or str(uuid.uuid4()),
             step_count=0,
@@ -84,11 +124,13 @@ class HGPOEnvironment(Environment[HGPOAction, HGPOObservation, State]):
         )
 
     def step(self, action: HGPOAction, timeout_s: float | None = None, **_: Any) -> HGPOObservation:
+        self._check_open()
         if self.env is None:
             raise RuntimeError("no episode: send a reset first")
         if len(action.response) > MAX_RESPONSE_CHARS:
             raise ValueError(f"response of {len(action.response)} characters; at most {MAX_RESPONSE_CHARS}")
-        prompt, reward, terminated, truncated, info = self.env.step(action.response)
+        with _redacted():
+            prompt, reward, terminated, truncated, info = self.env.step(action.response)
         self._state.step_count += 1
         return HGPOObservation(
             prompt=prompt,
@@ -102,10 +144,21 @@ class HGPOEnvironment(Environment[HGPOAction, HGPOObservation, State]):
         """``episode_id`` and ``step_count``, plus ``env_id`` and ``num_tasks`` once a reset made the env."""
         return self._state
 
-    def close(self) -> None:
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(
+                "this session was closed by the server (idle past its session timeout, or the server "
+                "is stopping): open a new connection"
+            )
+
+    def _drop_env(self) -> None:
         if self.env is not None:
             self.env.close()
             self.env = None
+
+    def close(self) -> None:
+        self._drop_env()
+        self._closed = True
 
     def get_metadata(self) -> EnvironmentMetadata:
         return EnvironmentMetadata(
@@ -115,49 +168,105 @@ class HGPOEnvironment(Environment[HGPOAction, HGPOObservation, State]):
         )
 
     # ----------------------------------------------------------------- OpenEnv Task API
-    def list_splits(self) -> list[str]:
+    # Coroutines, so OpenEnv awaits them: the envs they need are built in a thread, once per
+    # split (TaskCatalog), and a listing never holds up the sessions stepping on the event loop.
+    async def list_splits(self) -> list[str]:
         """The env's ``split`` choices where its signature names them."""
-        made = gym.make(self.env_id, **self.default_kwargs)
-        try:
-            hint = typing.get_type_hints(type(made.unwrapped).__init__).get("split")
-        finally:
-            made.close()
-        return list(typing.get_args(hint)) if typing.get_origin(hint) is typing.Literal else []
+        return await asyncio.to_thread(self.catalog.splits)
 
-    def num_tasks(self, split: str) -> int:
-        made = gym.make(self.env_id, **{**self.default_kwargs, "split": split})
-        try:
-            count = made.unwrapped.num_tasks
-        finally:
-            made.close()
+    async def num_tasks(self, split: str) -> int:
+        count = await asyncio.to_thread(self.catalog.count, split)
         if count is None:  # OpenEnv answers 501: there is no count to give
             raise NotImplementedError(
                 f"{self.env_id} generates tasks without end: any non-negative id is one"
             )
-        return int(count)
+        return count
 
-    def list_tasks(self, split: str) -> list[dict[str, Any]]:
-        return [self.get_task(split, index) for index in range(self.num_tasks(split))]
+    async def list_tasks(self, split: str) -> list[dict[str, Any]]:
+        return [_task(split, index) for index in range(await self.num_tasks(split))]
 
-    def get_task(self, split: str, index: int) -> dict[str, Any]:
-        if not 0 <= index < self.num_tasks(split):
+    async def get_task(self, split: str, index: int) -> dict[str, Any]:
+        if not 0 <= index < await self.num_tasks(split):
             raise IndexError(f"task {index} out of range for split {split!r}")
-        return {"split": split, "index": index, "task_id": index}
+        return _task(split, index)
+
+
+def _task(split: str, index: int) -> dict[str, Any]:
+    return {"split": split, "index": index, "task_id": index}
+
+
+class TaskCatalog:
+    """The splits and task counts of the served env, each found once (an env built per split)
+    and shared by every session: listings cost one env, not one per task."""
+
+    def __init__(self, env_id: str, env_kwargs: Mapping[str, Any]) -> None:
+        self.env_id = env_id
+        self.env_kwargs = dict(env_kwargs)
+        self._lock = threading.Lock()
+        self._splits: list[str] | None = None
+        self._counts: dict[str, int | None] = {}
+
+    def splits(self) -> list[str]:
+        with self._lock:
+            if self._splits is None:
+                made = gym.make(self.env_id, **self.env_kwargs)
+                try:
+                    hint = typing.get_type_hints(type(made.unwrapped).__init__).get("split")
+                finally:
+                    made.close()
+                literal = typing.get_origin(hint) is typing.Literal
+                self._splits = list(typing.get_args(hint)) if literal else []
+            return list(self._splits)
+
+    def count(self, split: str) -> int | None:
+        """Tasks in ``split`` (None: unbounded)."""
+        with self._lock:
+            if split not in self._counts:
+                with _redacted():
+                    made = gym.make(self.env_id, **{**self.env_kwargs, "split": split})
+                try:
+                    count = made.unwrapped.num_tasks
+                finally:
+                    made.close()
+                self._counts[split] = None if count is None else int(count)
+            return self._counts[split]
+
+
+@contextlib.contextmanager
+def _redacted() -> Iterator[None]:
+    """An env's error as the client sees it: its type and message, server paths left out."""
+    try:
+        yield
+    except Exception as error:  # noqa: BLE001  (every env error goes to the client, redacted)
+        raise RuntimeError(redact_paths(f"{type(error).__name__}: {error}")) from None
+
+
+def _bare_id(env_id: str) -> str:
+    """``MyEnv-v0`` of ``my_pkg:MyEnv-v0``: a client may name the module the server imported."""
+    return env_id.rpartition(":")[2]
 
 
 class InlineHGPOEnvironment(HGPOEnvironment):
     """Steps on the server's event loop instead of a thread per session: a third more steps per
     second for envs that compute (Rooms, WebShop, ALFWorld), at the cost of one slow step holding
-    up the other sessions. Envs that wait on another process (the Java engines of TextWorld-Express
-    and ScienceWorld) are better served with threads (``--threads``)."""
+    up the other sessions. Envs are still built in a thread (a WebShop or ALFWorld env takes
+    seconds). Envs that wait on another process (the Java engines of TextWorld-Express and
+    ScienceWorld) are better served with threads (``--threads``)."""
 
-    async def reset_async(self, **kwargs: Any) -> HGPOObservation:
-        return self.reset(**kwargs)
+    async def reset_async(self, **request: Any) -> HGPOObservation:
+        kwargs, start = self._parse(**request)
+        if self._needs_env(kwargs):
+            await asyncio.to_thread(self._make, kwargs)
+        return self._start(*start)
 
     async def step_async(
         self, action: HGPOAction, timeout_s: float | None = None, **_: Any
     ) -> HGPOObservation:
         return self.step(action)
+
+
+HTTP_SESSION_ROUTES = frozenset({"/reset", "/step", "/state", "/mcp"})
+"""OpenEnv's routes that make envs outside the session cap (off unless asked for)."""
 
 
 def build_app(
@@ -167,20 +276,40 @@ def build_app(
     max_sessions: int = 64,
     session_timeout: float | None = None,
     threads: bool = False,
+    token: str | None = None,
+    allow: Sequence[str] = (),
+    http_sessions: bool = False,
 ) -> Any:
     """The FastAPI app of OpenEnv's ``create_app`` serving ``env_id``; the env is made once here,
     so a bad id or argument fails at start-up rather than in the first session. ``threads`` runs
-    each session's steps in OpenEnv's executor threads (:class:`InlineHGPOEnvironment` says when)."""
+    each session's steps in OpenEnv's executor threads (:class:`InlineHGPOEnvironment` says when);
+    ``token`` makes every request and upgrade carry it (:class:`~hgpo_env.serve.auth.BearerAuth`);
+    ``allow`` names the env arguments clients may set (``KEY`` or ``KEY=LOW..HIGH``).
+
+    Episodes run over ``/ws``, one env per connection, under ``max_sessions``. OpenEnv's HTTP
+    ``/reset``, ``/step``, ``/state`` and ``/mcp`` routes make envs outside that cap (a stateless
+    reset per request, MCP sessions that nothing reclaims without a timeout): they are left out
+    unless ``http_sessions``."""
     gym.make(env_id, **dict(env_kwargs or {})).close()
+    choices = ClientChoices(env_id, dict(env_kwargs or {}), [Allowed.parse(text) for text in allow])
+    catalog = TaskCatalog(env_id, dict(env_kwargs or {}))
     config = ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=session_timeout)
     environment = HGPOEnvironment if threads else InlineHGPOEnvironment
-    return create_app(
-        lambda: environment(env_id, env_kwargs),
+    app = create_app(
+        lambda: environment(env_id, env_kwargs, choices, catalog),
         HGPOAction,
         HGPOObservation,
         env_name=env_id,
         concurrency_config=config,
     )
+    if not http_sessions:
+        app.router.routes[:] = [
+            r for r in app.router.routes if getattr(r, "path", None) not in HTTP_SESSION_ROUTES
+        ]
+    app.add_middleware(FrameGuard)
+    if token is not None:
+        app.add_middleware(BearerAuth, token=token)  # outermost: strangers reach nothing
+    return app
 
 
 def serve(
@@ -192,11 +321,39 @@ def serve(
     max_sessions: int = 64,
     session_timeout: float | None = None,
     threads: bool = False,
+    token: str | None = None,
+    insecure: bool = False,
+    allow: Sequence[str] = (),
+    http_sessions: bool = False,
 ) -> None:
-    """Serve until SIGINT or SIGTERM, which stop taking sessions and close the open ones."""
-    import uvicorn
-
+    """Serve until SIGINT or SIGTERM, which stop taking sessions and close the open ones; print
+    one line with the URL once sessions are accepted. A ``host`` other machines can reach needs
+    a ``token``, or ``insecure``."""
+    check_bind(host, token, insecure)
     app = build_app(
-        env_id, env_kwargs, max_sessions=max_sessions, session_timeout=session_timeout, threads=threads
+        env_id,
+        env_kwargs,
+        max_sessions=max_sessions,
+        session_timeout=session_timeout,
+        threads=threads,
+        token=token,
+        allow=allow,
+        http_sessions=http_sessions,
     )
-    uvicorn.run(app, host=host, port=port, log_level="warning", ws_max_size=16 * 2**20)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", ws_max_size=16 * 2**20)
+    ready = f"serving {import_env_module(env_id)} at http://{host}:{port} ({max_sessions} sessions"
+    ready += ", token required)" if token else ", no token)"
+    _AnnouncingServer(config, ready).run()
+
+
+class _AnnouncingServer(uvicorn.Server):
+    """uvicorn's server, printing ``line`` once its socket accepts connections."""
+
+    def __init__(self, config: uvicorn.Config, line: str) -> None:
+        super().__init__(config)
+        self.line = line
+
+    async def startup(self, sockets: Any = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            print(self.line, flush=True)

@@ -105,6 +105,7 @@ class GroupedEnvPool:
             ``"openenv"`` (local processes whose envs are sessions on the env servers ``servers``,
             :mod:`hgpo_env.vector.remote`).
         servers: base URLs of ``python -m hgpo_env serve`` servers (``backend="openenv"`` only).
+        server_token: their bearer token (``backend="openenv"``); None reads ``$HGPO_SERVE_TOKEN``.
         step_timeout: seconds one env may take over a step before its worker is killed.
         reset_timeout: seconds one env may take over a reset, or to be made.
         ray_actor_options: overrides for ``ray.remote`` (``backend="ray"`` only).
@@ -124,6 +125,7 @@ class GroupedEnvPool:
         reset_timeout: float = 300.0,
         ray_actor_options: Mapping[str, Any] | None = None,
         servers: Sequence[str] | None = None,
+        server_token: str | None = None,
         **env_kwargs: Any,
     ) -> None:
         for name, value in (
@@ -141,6 +143,8 @@ class GroupedEnvPool:
             raise ValueError("ray_actor_options needs backend='ray'")
         if (servers is not None) != (backend == "openenv"):
             raise ValueError("backend='openenv' needs servers=[url, ...], and servers need backend='openenv'")
+        if server_token is not None and backend != "openenv":
+            raise ValueError("server_token needs backend='openenv'")
         if not step_timeout > 0 or not reset_timeout > 0:
             raise ValueError(f"timeouts must be positive, got step {step_timeout!r}, reset {reset_timeout!r}")
         self.env_id = env_id
@@ -157,7 +161,7 @@ class GroupedEnvPool:
         hosted = [self._layout.hosted(w) for w in range(num_workers)]
         extra: dict[str, Any] = {"actor_options": ray_actor_options} if backend == "ray" else {}
         if backend == "openenv":
-            extra = {"servers": list(servers or ()), "step_timeout": self.step_timeout}
+            extra = {"servers": list(servers or ()), "step_timeout": self.step_timeout, "token": server_token}
         self._workers: Workers = workers_class(env_id, env_kwargs, hosted, self.reset_timeout, **extra)
         self._close = weakref.finalize(self, self._workers.close)
         self._status = [_Status.IDLE] * self.num_envs

@@ -21,10 +21,12 @@ SLACK = 5.0
 """Seconds a worker gets beyond its sessions' own timeouts before it is given up for dead."""
 
 
-def _remote_env(servers: Sequence[str], primary: int, timeout: float, env_id: str, **env_kwargs: Any) -> Any:
+def _remote_env(
+    servers: Sequence[str], primary: int, timeout: float, env_id: str, token: str | None, **env_kwargs: Any
+) -> Any:
     from hgpo_env.serve.client import RemoteEnv  # the serve extra, imported in the worker
 
-    return RemoteEnv(servers, primary, timeout=timeout, env_id=env_id, **env_kwargs)
+    return RemoteEnv(servers, primary, timeout=timeout, env_id=env_id, token=token, **env_kwargs)
 
 
 class OpenEnvWorkers(ProcessWorkers):
@@ -37,6 +39,7 @@ class OpenEnvWorkers(ProcessWorkers):
         *,
         servers: Sequence[str],
         step_timeout: float,
+        token: str | None = None,
     ) -> None:
         if not isinstance(env, str):
             raise TypeError("backend='openenv' takes a registered env id (the servers make the envs)")
@@ -44,7 +47,7 @@ class OpenEnvWorkers(ProcessWorkers):
             raise ValueError("backend='openenv' needs servers=[url, ...]")
         super().__init__(env, env_kwargs, hosted, start_timeout)
         self._factories = [
-            functools.partial(_remote_env, list(servers), worker, step_timeout, env)
+            functools.partial(_remote_env, list(servers), worker, step_timeout, env, token)
             for worker in range(len(hosted))
         ]
 

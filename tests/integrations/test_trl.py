@@ -274,7 +274,13 @@ def test_environment_factory_over_an_openenv_server(tiny_model, tmp_path):
     """TRL's OpenEnv pattern: the environment class holds an OpenEnv client of a served env."""
     from serve_helpers import running_server
 
-    with running_server(ENV_ID) as (url, _):
+    served = [
+        "history_length=0",
+        "response_format=plain",
+        "max_steps=4",
+        *(f"{k}={v}" for k, v in ROOMS.items()),
+    ]
+    with running_server(ENV_ID, *served) as (url, _):  # the operator's arguments: the factory's
         factory = environment_factory(ENV_ID, servers=[url], max_steps=4, **ROOMS)
         trainer = train_one_step_on_tasks(tiny_model, tmp_path, factory)
         assert all(env.session.env.server == url for env in trainer.environments)

@@ -1,0 +1,131 @@
+"""What a client of an env server may choose: the task, and only the env arguments the operator allows.
+
+The env's constructor arguments are the operator's, fixed at launch: an argument can read a
+path (``data_path``) or size memory (``history_length``, ``num_products``), and one message from
+anyone who can connect would otherwise choose them. A client picks the task (``seed``,
+``task_id``, or the Task API's ``split`` and ``index``); the ``env_kwargs`` of its reset may only
+repeat the values the server runs with (a trainer sends its whole env config), choose ``split``,
+or set a key the operator named with ``--allow KEY`` or ``--allow KEY=LOW..HIGH`` (numbers).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+
+from hgpo_env.adapter import TextAdapter, adapt
+from hgpo_env.registration import import_env_module, load_class, make_agent_env
+
+TASK_KEYS = frozenset({"split"})
+"""Env arguments that choose tasks, which every client may set."""
+_PATH = re.compile(r"(?<![\w.:/~-])/(?:[\w.@+-]+/)*[\w.@+-]+")
+
+
+def redact_paths(text: str) -> str:
+    """``text`` with absolute file paths replaced by ``<path>``: error replies go to strangers."""
+    return _PATH.sub("<path>", text)
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """An env argument clients may set; numbers within ``[low, high]`` when bounds are given."""
+
+    name: str
+    low: float | None = None
+    high: float | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Allowed:
+        """``KEY`` or ``KEY=LOW..HIGH``."""
+        name, _, bounds = text.partition("=")
+        low, dots, high = bounds.partition("..")
+        message = f"--allow takes KEY or KEY=LOW..HIGH (numbers), got {text!r}"
+        if not name.isidentifier() or (bounds and not dots):
+            raise ValueError(message)
+        if not bounds:
+            return cls(name)
+        try:
+            return cls(name, float(low), float(high))
+        except ValueError:
+            raise ValueError(message) from None
+
+    def check(self, value: Any) -> None:
+        if self.low is None or self.high is None:
+            return
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not self.low <= value <= self.high
+        ):
+            raise ValueError(
+                f"env argument {self.name!r} must be a number in [{self.low:g}, {self.high:g}], got {value!r}"
+            )
+
+
+def _defaults(function: Any) -> dict[str, Any]:
+    parameters = inspect.signature(function).parameters.values()
+    return {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
+
+
+def served_defaults(env_id: str) -> dict[str, Any]:
+    """The values ``gymnasium.make(env_id)`` builds with where the caller gives none: the
+    wrappers' defaults, the env class's (or the adapter's and its factory's) and the id's own."""
+    spec = gym.spec(import_env_module(env_id))
+    values = {}
+    entry = spec.entry_point
+    if isinstance(entry, functools.partial) and entry.func is make_agent_env and entry.args:
+        values.update(_defaults(make_agent_env))
+        target = entry.args[0]
+        target = load_class(target) if isinstance(target, str) else target
+        if isinstance(target, functools.partial) and target.func is adapt:
+            values.update(_defaults(TextAdapter.__init__))
+            values.update(_defaults(target.args[0]))
+        elif inspect.isclass(target):
+            values.update(_defaults(target.__init__))
+    values.update(spec.kwargs)
+    return values
+
+
+class ClientChoices:
+    """Resolves the env arguments of a client's reset against the operator's."""
+
+    def __init__(
+        self, env_id: str, launch_kwargs: Mapping[str, Any], allowed: Sequence[Allowed] = ()
+    ) -> None:
+        self.launch_kwargs = dict(launch_kwargs)
+        self.effective = {**served_defaults(env_id), **self.launch_kwargs}
+        self.allowed = {a.name: a for a in allowed}
+
+    def resolve(self, requested: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The arguments to make the session's env with; a ``ValueError`` names every argument
+        the client may not set."""
+        kwargs = dict(self.launch_kwargs)
+        refused = []
+        for name, value in (requested or {}).items():
+            if name in self.effective and _same(self.effective[name], value):
+                continue
+            if name in TASK_KEYS:
+                kwargs[name] = value
+            elif name in self.allowed:
+                self.allowed[name].check(value)
+                kwargs[name] = value
+            else:
+                refused.append(name)
+        if refused:
+            mine = {name: self.effective.get(name, "(not set)") for name in refused}
+            raise ValueError(
+                f"env arguments {refused} are the operator's: this server runs with {mine} and lets "
+                f"clients choose the task and {sorted(TASK_KEYS | set(self.allowed))}"
+            )
+        return kwargs
+
+
+def _same(served: Any, requested: Any) -> bool:
+    """Equal values, a tuple default equal to the list JSON made of it included."""
+    return (list(served) if isinstance(served, tuple) else served) == requested

@@ -1,0 +1,125 @@
+"""A served env under strangers and load (real ``openenv`` server, 127.0.0.1, stopped by pid): what
+a client may choose, one session model under one cap, and listings that do not stall sessions."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from serve_helpers import running_server, ws_request
+from websockets.sync.client import connect
+
+from hgpo_env.serve.choices import Allowed, ClientChoices, redact_paths
+
+
+@pytest.fixture(scope="module")
+def rooms():
+    with running_server(
+        "HGPO-Rooms-v0", "history_length=2", "--allow", "max_steps=1..50", "--max-sessions", "3"
+    ) as (url, _):
+        yield url
+
+
+def test_clients_choose_the_task_not_the_operators_arguments(rooms):
+    with connect(rooms.replace("http", "ws") + "/ws") as ws:
+        for kwargs, refused in (
+            ({"history_length": 2_000_000}, "['history_length'] are the operator's"),
+            ({"data_path": "/etc"}, "['data_path'] are the operator's"),
+            ({"max_steps": 10_000}, "must be a number in [1, 50]"),
+        ):
+            answer = ws_request(ws, "reset", {"seed": 0, "env_kwargs": kwargs})
+            assert answer["type"] == "error" and refused in answer["data"]["message"], answer
+        # repeating the server's own values (a trainer sends its whole config), the split, an allowed key
+        same = {
+            "history_length": 2,
+            "fingerprint_mode": "observations_actions",
+            "split": "eval",
+            "max_steps": 5,
+        }
+        answer = ws_request(ws, "reset", {"seed": 0, "env_kwargs": same})
+        assert answer["type"] == "observation"
+        for _ in range(5):
+            answer = ws_request(ws, "step", {"response": "look"})
+        assert answer["data"]["done"]  # max_steps=5 took
+
+
+def test_the_http_session_routes_are_off(rooms):
+    for path in ("/reset", "/step", "/mcp"):
+        request = urllib.request.Request(
+            rooms + path, data=b"{}", headers={"Content-Type": "application/json"}
+        )
+        with pytest.raises(urllib.error.HTTPError) as missing:
+            urllib.request.urlopen(request, timeout=10)
+        assert missing.value.code in (404, 405), path
+
+
+def test_a_reclaimed_session_says_so_and_the_cap_holds():
+    with running_server("HGPO-Rooms-v0", "--max-sessions", "1", "--session-timeout", "1") as (url, _):
+        ws_url = url.replace("http", "ws") + "/ws"
+        with connect(ws_url) as idle:
+            assert ws_request(idle, "reset", {"seed": 0})["type"] == "observation"
+            with connect(ws_url) as newcomer:  # refused while the idle one holds the only slot
+                first = json.loads(newcomer.recv(timeout=30))
+                assert first["data"]["code"] == "CAPACITY_REACHED"
+            for idle_for in (7, 10, 15):  # OpenEnv's reaper looks every few seconds; a step resets the clock
+                time.sleep(idle_for)
+                answer = ws_request(idle, "step", {"response": "look"})
+                if answer["type"] == "error":
+                    break
+            assert "closed by the server" in answer["data"]["message"], answer
+            again = ws_request(idle, "reset", {"seed": 0})  # no env beyond the cap for the old socket
+            assert again["type"] == "error" and "open a new connection" in again["data"]["message"]
+            with connect(ws_url) as newcomer:  # the slot is free for a new session
+                assert ws_request(newcomer, "reset", {"seed": 0})["type"] == "observation"
+
+
+def test_a_task_listing_does_not_stall_the_sessions_stepping():
+    """400 tasks, an env that takes 0.3 s to build: the listing builds one, in a thread."""
+    with (
+        running_server("byo_envs:TestSlowDial-v0", "response_format=plain") as (url, _),
+        connect(url.replace("http", "ws") + "/ws") as ws,
+    ):
+        ws_request(ws, "reset", {"seed": 0})
+        listed = {}
+
+        def list_tasks():
+            request = urllib.request.Request(
+                f"{url}/TestSlowDial-v0/tasks",
+                data=json.dumps({"split": "train"}).encode(),
+                headers={"Content-Type": "application/json"},
+            )
+            started = time.monotonic()
+            with urllib.request.urlopen(request, timeout=120) as answer:
+                listed["tasks"] = json.load(answer)["tasks"]
+            listed["seconds"] = time.monotonic() - started
+
+        lister = threading.Thread(target=list_tasks)
+        lister.start()
+        latencies = []
+        while lister.is_alive() or len(latencies) < 20:
+            started = time.monotonic()
+            ws_request(ws, "step", {"response": "up"})
+            latencies.append(time.monotonic() - started)
+        lister.join()
+    assert len(listed["tasks"]) == 400 and listed["seconds"] < 10
+    assert max(latencies) < 0.2, max(latencies)  # the 0.3 s build never ran on the event loop
+
+
+def test_client_choices_and_redaction():
+    choices = ClientChoices("HGPO-Rooms-v0", {"history_length": 2}, [Allowed.parse("max_steps=1..50")])
+    assert choices.resolve({"history_length": 2, "protocol": "strict", "split": "eval"}) == {
+        "history_length": 2,
+        "split": "eval",
+    }
+    with pytest.raises(ValueError, match=r"\['history_length', 'show_carried'\] are the operator's"):
+        choices.resolve({"history_length": 3, "show_carried": True})
+    for bad in ("max_steps=1", "max steps", "max_steps=a..b"):
+        with pytest.raises(ValueError, match="--allow takes"):
+            Allowed.parse(bad)
+    assert redact_paths("no games in /data/alfworld/json_2.1.1/train (see http://x.org/a)") == (
+        "no games in <path> (see http://x.org/a)"
+    )
