@@ -1,12 +1,14 @@
 """Env steps per second and step latency over OpenEnv's WebSocket, beside the in-process pool.
 
-    python benchmarks/serve_throughput.py [--seconds 5] [--sessions 1 16 64] [--webshop-data PATH]
+    python benchmarks/serve_throughput.py [--seconds 5] [--sessions 1 16 64 256 1024] [--webshop-data PATH]
 
 For Rooms and WebShop, a server (``python -m hgpo_env serve``, one process) is started on
 127.0.0.1 and N sessions play random admissible commands over ``/ws`` from one asyncio client
-process, resetting as episodes end; each step's round trip is timed. The baseline, in the same
-run, is ``GroupedEnvPool`` (process backend, 2 workers) stepping N envs the same way. Target on
-2 cores: at least 2,000 Rooms steps/s with 64 sessions, p99 under 20 ms.
+process, resetting as episodes end; each step's round trip is timed, and the server's resident
+memory is sampled (its peak over the idle server's, per session: an upper bound). The baseline,
+in the same run, is ``GroupedEnvPool`` (process backend, 2 workers) stepping N envs the same way.
+Targets on 2 cores: at least 2,000 Rooms steps/s with 64 sessions, p99 under 20 ms; p99 under
+100 ms at 256.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 from websockets.asyncio.client import connect
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -48,11 +51,27 @@ async def session(url: str, seconds: float, seed: int, latencies: list[float]) -
     return steps
 
 
-async def served(url: str, sessions: int, seconds: float) -> tuple[float, list[float]]:
+async def served(
+    url: str, sessions: int, seconds: float, server: psutil.Process
+) -> tuple[float, list[float], float]:
+    """Steps/s, step latencies, and the server's peak resident memory (bytes)."""
     latencies: list[float] = []
+    peak = server.memory_info().rss
+    playing = True
+
+    async def sample() -> None:
+        nonlocal peak
+        while playing:
+            peak = max(peak, server.memory_info().rss)
+            await asyncio.sleep(0.2)
+
+    sampler = asyncio.create_task(sample())
     started = time.perf_counter()
     steps = await asyncio.gather(*(session(url, seconds, i, latencies) for i in range(sessions)))
-    return sum(steps) / (time.perf_counter() - started), latencies
+    rate = sum(steps) / (time.perf_counter() - started)
+    playing = False
+    await sampler
+    return rate, latencies, peak
 
 
 def pooled(env_id: str, kwargs: dict, envs: int, seconds: float) -> tuple[float, list[float]]:
@@ -82,7 +101,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--sessions", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument("--sessions", type=int, nargs="+", default=[1, 16, 64, 256, 1024])
     parser.add_argument(
         "--webshop-data", default=str(Path(__file__).resolve().parents[2] / "shared/data/webshop")
     )
@@ -91,17 +110,23 @@ def main() -> None:
     envs = [("HGPO-Rooms-v0", []), ("HGPO-WebShop-v0", webshop)]
     print(f"{args.seconds:g} s per cell; latency = one step's round trip (pool: one pool.step over all envs)")
     print(
-        f"{'env':<17}{'sessions':>9}{'served steps/s':>16}{'p50 ms':>8}{'p99 ms':>8}{'pool steps/s':>14}{'p50 ms':>8}{'p99 ms':>8}"
+        f"{'env':<17}{'sessions':>9}{'served steps/s':>16}{'p50 ms':>8}{'p99 ms':>8}{'KiB/session':>12}"
+        f"{'pool steps/s':>14}{'p50 ms':>8}{'p99 ms':>8}"
     )
     for env_id, env_args in envs:
         kwargs = dict(arg.split("=", 1) for arg in env_args)
-        with running_server(env_id, *env_args, "--max-sessions", str(max(args.sessions))) as (url, _):
+        with running_server(env_id, *env_args, "--max-sessions", str(max(args.sessions))) as (url, process):
+            server = psutil.Process(process.pid)
+            idle = server.memory_info().rss  # the started server, its env made once
             for n in args.sessions:
-                rate, lat = asyncio.run(served(url.replace("http", "ws") + "/ws", n, args.seconds))
+                rate, lat, peak = asyncio.run(
+                    served(url.replace("http", "ws") + "/ws", n, args.seconds, server)
+                )
+                grown = peak - idle
                 pool_rate, pool_lat = pooled(env_id, kwargs, n, args.seconds)
                 print(
                     f"{env_id:<17}{n:>9}{rate:>16.0f}{quantile(lat, 50):>8.2f}{quantile(lat, 99):>8.2f}"
-                    f"{pool_rate:>14.0f}{quantile(pool_lat, 50):>8.2f}{quantile(pool_lat, 99):>8.2f}"
+                    f"{grown / n / 1024:>12.0f}{pool_rate:>14.0f}{quantile(pool_lat, 50):>8.2f}{quantile(pool_lat, 99):>8.2f}"
                 )
 
 

@@ -47,11 +47,12 @@ def wait_healthy(
 
 @contextlib.contextmanager
 def running_server(
-    env_id: str = "HGPO-Rooms-v0", *args: str, token: str | None = None
+    env_id: str = "HGPO-Rooms-v0", *args: str, token: str | None = None, port: int | None = None
 ) -> Iterator[tuple[str, subprocess.Popen]]:
     """A server subprocess (the tests folder importable, for ``byo_envs:Id``; with ``token``, a
-    token file); yields its base URL and process, and stops it (by pid) after."""
-    port = free_port()
+    token file; on ``port``, or a free one); yields its base URL and process, and stops it (by
+    pid) after."""
+    port = port or free_port()
     with tempfile.TemporaryDirectory(prefix="hgpo-serve-") as folder:
         log = Path(folder) / "server.log"
         if token is not None:

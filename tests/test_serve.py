@@ -12,14 +12,14 @@ import time
 import gymnasium as gym
 import pytest
 from openenv.core import GenericEnvClient
-from serve_helpers import running_server, ws_request
+from serve_helpers import free_port, running_server, ws_request
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 import hgpo_env  # noqa: F401  (registers the ids)
 from hgpo_env.serve.client import HGPOEnvClient, RemoteEnv
 from hgpo_env.serve.wire import HGPOAction
-from hgpo_env.vector import GroupedEnvPool
+from hgpo_env.vector import GroupedEnvPool, PoolError
 
 
 @pytest.fixture(scope="module")
@@ -282,5 +282,34 @@ def test_a_server_that_stops_answering_truncates_only_its_episodes_within_the_st
             frozen.send_signal(signal.SIGCONT)
         silent = {r.env_index for r in results if "env_error" in r.info}
         assert silent == {i for i in range(4) if pool.worker_of(i) == 1}
-        assert all("Timeout" in results[i].info["env_error"] for i in silent)
-        assert elapsed < 2 * len(silent) + 3  # found within step_timeout of each step
+        assert all(
+            f"TimeoutError: {hung}: no answer to step within 2 s" in results[i].info["env_error"]
+            for i in silent
+        )
+        assert elapsed < 2 + 3  # the worker waits on its sessions at once: one step_timeout, not one each
+
+
+def test_the_pool_takes_a_restarted_server_back_when_the_other_is_full():
+    """Servers sized to their share: one dies, the other refuses the extra sessions (a refusal
+    fails over like a lost connection), and once the dead one is back the next reset uses it."""
+    served = ("response_format=plain", "--max-sessions", "4")
+    port = free_port()
+    with running_server("HGPO-Rooms-v0", *served) as (first, _):
+        with running_server("HGPO-Rooms-v0", *served, port=port) as (second, doomed):
+            pool = GroupedEnvPool(
+                "HGPO-Rooms-v0", 2, 4, num_workers=2, seed=0, backend="openenv", servers=[first, second],
+                step_timeout=10, response_format="plain",
+            )  # fmt: skip
+            pool.reset(task_ids=[10_001, 10_002])
+            doomed.kill()
+            doomed.wait(10)
+        try:
+            with pytest.raises(PoolError, match="CAPACITY_REACHED"):  # the live server is full
+                pool.reset(task_ids=[10_001, 10_002])
+            with running_server("HGPO-Rooms-v0", *served, port=port):  # back, on its address
+                results = pool.reset(task_ids=[10_001, 10_002])
+                assert len(results) == 8 and not any(
+                    "env_error" in r.info for r in pool.step({i: "look" for i in pool.running})
+                )
+        finally:
+            pool.close()

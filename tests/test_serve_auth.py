@@ -68,7 +68,7 @@ def test_openenvs_stock_client_and_remote_env_play_with_the_token(guarded_server
     ) as pool:
         assert len({r.info["task_key"] for r in pool.reset(task_ids=[10_002])}) == 1
     monkeypatch.delenv("HGPO_SERVE_TOKEN")
-    with pytest.raises(ConnectionError, match="no server answered"):
+    with pytest.raises(ConnectionError, match="no server took the reset"):
         RemoteEnv([url], history_length=2, timeout=10).reset(seed=0)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections.abc import Sequence
 from typing import Any, ClassVar, SupportsFloat
 
@@ -41,13 +42,27 @@ class HGPOEnvClient(EnvClient[HGPOAction, HGPOObservation, State]):
         return State(**payload)
 
 
+RETRY_AFTER = 30.0
+"""Seconds a server that failed a reset goes to the back of the line before it is tried first again."""
+
+
+def _describe(error: Exception, operation: str, timeout: float) -> str:
+    """What went wrong, for ``env_error``: a timeout says how long it waited."""
+    if isinstance(error, TimeoutError):
+        return f"no answer to {operation} within {timeout:g} s"
+    return f"{operation} failed: {type(error).__name__}: {error}"
+
+
 class RemoteEnv(gym.Env[str, str]):
     """A served env as a local Gymnasium env: one OpenEnv session on the first server of
     ``servers`` that answers, starting from ``servers[primary]``.
 
-    A reset that cannot reach its server tries the next one, so after a server is lost the next
-    episodes run on the others; a step whose server is lost raises (the pool then truncates that
-    episode). ``env_kwargs`` go to the server's env at reset (they must be JSON).
+    A reset starts at ``servers[primary]`` and goes down the list past every server that cannot
+    take it (down, silent, full, refusing the token or the env id), so after a server is lost the
+    next episodes run on the others. A server that failed is skipped for :data:`RETRY_AFTER`
+    seconds, then tried first again, so a restarted server gets its share back. A step whose
+    server is lost raises, naming the server, the operation and the timeout (the pool then
+    truncates that episode). ``env_kwargs`` go to the server's env at reset (they must be JSON).
 
     Args:
         servers: base URLs (``http://host:port`` or ``ws://host:port``).
@@ -85,6 +100,7 @@ class RemoteEnv(gym.Env[str, str]):
         self.action_space = TextSpace(2**24)
         self.server: str | None = None
         self._client: Any = None
+        self._skip_until: dict[str, float] = {}
 
     def _connect(self, url: str) -> Any:
         client = HGPOEnvClient(
@@ -99,23 +115,27 @@ class RemoteEnv(gym.Env[str, str]):
         task = (options or {}).get("task_id")
         request = {"seed": seed, "task_id": task, "env_kwargs": self.env_kwargs, "env_id": self.env_id}
         failures = []
-        order = self.servers[self.primary :] + self.servers[: self.primary]
-        if self.server in order:  # stay where the last episode ran while that server answers
-            order.remove(self.server)
-            order.insert(0, self.server)
-        for url in order:
+        for url in self._order():
             try:
                 if self._client is None or url != self.server:
                     self._drop()
                     self._client, self.server = self._connect(url), url
                 result = self._client.reset(**request)
-            except (OSError, TimeoutError, ConnectionError) as error:
-                failures.append(f"{url}: {type(error).__name__}: {error}")
+            except Exception as error:  # noqa: BLE001  (any refusal: try the next server)
+                failures.append(f"{url}: {_describe(error, 'reset', self.timeout)}")
+                self._skip_until[url] = time.monotonic() + RETRY_AFTER
                 self._drop()
                 continue
+            self._skip_until.pop(url, None)
             info, _, _ = info_from_wire(result.observation.metadata)
             return result.observation.prompt, info
-        raise ConnectionError("no server answered the reset:\n" + "\n".join(failures))
+        raise ConnectionError("no server took the reset:\n" + "\n".join(failures))
+
+    def _order(self) -> list[str]:
+        """Servers from the primary on; those that failed lately last."""
+        order = self.servers[self.primary :] + self.servers[: self.primary]
+        now = time.monotonic()
+        return sorted(order, key=lambda url: self._skip_until.get(url, 0.0) > now)
 
     @property
     def num_tasks(self) -> int | None:
@@ -127,7 +147,12 @@ class RemoteEnv(gym.Env[str, str]):
     def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
         if self._client is None:
             raise RuntimeError("call reset() before step()")
-        result = self._client.step(HGPOAction(response=action))
+        try:
+            result = self._client.step(HGPOAction(response=action))
+        except TimeoutError as error:
+            raise TimeoutError(f"{self.server}: {_describe(error, 'step', self.timeout)}") from error
+        except Exception as error:
+            raise RuntimeError(f"{self.server}: {_describe(error, 'step', self.timeout)}") from error
         info, terminated, truncated = info_from_wire(result.observation.metadata)
         return result.observation.prompt, float(result.reward or 0.0), terminated, truncated, info
 

@@ -12,6 +12,7 @@ import contextlib
 import os
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, NamedTuple
 
 import gymnasium as gym
@@ -86,3 +87,37 @@ class EnvHost:
             return Reply(
                 index, None, f"env {what} raised {type(error).__name__}: {error}", traceback.format_exc()
             )
+
+
+class ConcurrentEnvHost(EnvHost):
+    """For envs that wait rather than compute (sessions on env servers): a batch's envs run at
+    once, one thread each, and each reply is sent as it comes, so a silent server costs a batch
+    one timeout, not one per env it hosts."""
+
+    def __init__(self, env: EnvSpec, env_kwargs: Mapping[str, Any], env_indices: Sequence[int]) -> None:
+        super().__init__(env, env_kwargs, env_indices)
+        self._threads = ThreadPoolExecutor(max_workers=max(1, len(self.envs)), thread_name_prefix="hgpo-env")
+
+    def reset(self, requests: Sequence[tuple[int, int | None, dict[str, Any] | None]]) -> Iterator[Reply]:
+        calls = [
+            (index, "reset", self.envs[index].reset, (), {"seed": seed, "options": options})
+            for index, seed, options in requests
+        ]
+        return self._at_once(calls)
+
+    def step(self, requests: Sequence[tuple[int, str]]) -> Iterator[Reply]:
+        return self._at_once([(index, "step", self._step, (index, action), {}) for index, action in requests])
+
+    def _at_once(
+        self, calls: Sequence[tuple[int, str, Callable[..., Any], tuple[Any, ...], dict[str, Any]]]
+    ) -> Iterator[Reply]:
+        futures = [
+            self._threads.submit(self._run, index, what, call, *args, **kwargs)
+            for index, what, call, args, kwargs in calls
+        ]
+        for future in as_completed(futures):
+            yield future.result()
+
+    def close(self) -> None:
+        super().close()
+        self._threads.shutdown(wait=False, cancel_futures=True)

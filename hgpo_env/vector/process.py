@@ -21,7 +21,7 @@ import time
 import traceback
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, ClassVar
 
 from hgpo_env.vector.host import EnvHost, EnvSpec, Reply, sendable
 from hgpo_env.vector.workers import WorkerFailure, Workers
@@ -86,14 +86,20 @@ class _Outbox:
                 self.flush()
 
 
-def _serve(conn: Connection, env: EnvSpec, env_kwargs: Mapping[str, Any], env_indices: Sequence[int]) -> None:
+def _serve(
+    conn: Connection,
+    env: EnvSpec,
+    env_kwargs: Mapping[str, Any],
+    env_indices: Sequence[int],
+    host_class: type[EnvHost] = EnvHost,
+) -> None:
     """A worker's main loop: ``(ok, replies)`` messages answer ``(method, batch)`` requests env
     by env (a few envs per message), until "close"."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     faulthandler.enable()  # a crash inside an env leaves its traceback on stderr
     _exit_with_parent()
     try:
-        host = EnvHost(env, env_kwargs, env_indices)
+        host = host_class(env, env_kwargs, env_indices)
     except Exception:  # noqa: BLE001  -- reported to the pool, which raises it
         conn.send((False, f"making its envs raised:\n{traceback.format_exc()}"))
         return
@@ -112,6 +118,9 @@ def _serve(conn: Connection, env: EnvSpec, env_kwargs: Mapping[str, Any], env_in
 
 
 class ProcessWorkers(Workers):
+    host_class: ClassVar[type[EnvHost]] = EnvHost
+    """What hosts the envs in each worker process."""
+
     def __init__(
         self,
         env: EnvSpec,
@@ -130,7 +139,7 @@ class ProcessWorkers(Workers):
         parent_end, child_end = self._context.Pipe()
         process = self._context.Process(
             target=_serve,
-            args=(child_end, self._env, self._env_kwargs, list(self.hosted[worker])),
+            args=(child_end, self._env, self._env_kwargs, list(self.hosted[worker]), self.host_class),
             name=f"hgpo-env-worker-{worker}",
             daemon=True,
         )

@@ -2,10 +2,12 @@
 
 Each worker is a local process (as in the process backend) hosting :class:`RemoteEnv` sessions
 on ``servers[worker % len(servers)]``, so the envs spread over the servers and the workers wait
-on them in parallel. Every fault of the process backend keeps its meaning; in addition a server
-that dies or stops answering within ``step_timeout`` fails only the steps of its sessions (those
-episodes end truncated with ``info["env_error"]``), and their next reset moves to a server that
-answers.
+on them in parallel, and each worker steps its sessions at once (:class:`ConcurrentEnvHost`), so a
+silent server costs a call one ``step_timeout``. Every fault of the process backend keeps its
+meaning; in addition a server that dies or stops answering within ``step_timeout`` fails only the
+steps of its sessions (those episodes end truncated with ``info["env_error"]``, which names the
+server, the operation and the timeout), and their next reset moves to a server that takes it
+(:class:`~hgpo_env.serve.client.RemoteEnv`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hgpo_env.vector.host import EnvSpec
+from hgpo_env.vector.host import ConcurrentEnvHost, EnvSpec
 from hgpo_env.vector.process import ProcessWorkers
 
 SLACK = 5.0
@@ -30,6 +32,8 @@ def _remote_env(
 
 
 class OpenEnvWorkers(ProcessWorkers):
+    host_class = ConcurrentEnvHost  # sessions wait on their servers: a worker steps them all at once
+
     def __init__(
         self,
         env: EnvSpec,

@@ -3,10 +3,13 @@
 They are pure functions of the catalog and a format version, so a path keyed by both is safe to
 reuse across processes. Writing goes through a temporary sibling that is renamed into place, so
 a reader never sees half an artefact; a data home that cannot be written only costs a warning.
+Each kind is bounded (:func:`prune`): past a count or a size, the least recently used go.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import tempfile
 import warnings
@@ -36,3 +39,36 @@ def store(path: Path, write: Callable[[Path], None]) -> None:
         shutil.rmtree(staging.parent, ignore_errors=True)
     except OSError as error:
         warnings.warn(f"could not cache {path.name} under {path.parent}: {error}", stacklevel=3)
+
+
+def touch(path: Path) -> None:
+    """Mark an artefact used now (what :func:`prune` keeps longest)."""
+    with contextlib.suppress(OSError):
+        os.utime(path)
+
+
+def _size(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def prune(kind: str, max_entries: int, max_bytes: int, keep: Path | None = None) -> list[Path]:
+    """Delete the least recently used artefacts of ``kind`` beyond ``max_entries`` or ``max_bytes``
+    (never ``keep``, the one just made); returns what went. Half-written ones are not counted."""
+    folder = data_home() / "webshop" / kind
+    try:
+        entries = [p for p in folder.iterdir() if not p.name.startswith(".writing-")]
+    except OSError:
+        return []
+    entries.sort(key=lambda p: (p == keep, p.stat().st_mtime), reverse=True)  # newest (and keep) first
+    removed, total = [], 0
+    for count, entry in enumerate(entries, start=1):
+        total += _size(entry)
+        if entry != keep and (count > max_entries or total > max_bytes):
+            if entry.is_dir():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+            removed.append(entry)
+    return removed

