@@ -94,6 +94,8 @@ def serve(args: argparse.Namespace) -> int:
             insecure=args.insecure,
             allow=args.allow or (),
             http_sessions=args.http_sessions,
+            keep_alive=args.keep_alive,
+            limit_concurrency=args.limit_concurrency,
         )
     except BAD_ENV as error:
         print(f"error: {error}", file=sys.stderr)
@@ -177,6 +179,15 @@ def main(argv: list[str] | None = None) -> int:
     server.add_argument("--max-sessions", type=int, default=64, help="concurrent episodes at most")
     server.add_argument(
         "--session-timeout", type=float, default=None, help="reclaim sessions idle this long (s)"
+    )
+    server.add_argument(
+        "--keep-alive", type=float, default=5.0, help="close idle HTTP connections after this long (s)"
+    )
+    server.add_argument(
+        "--limit-concurrency",
+        type=int,
+        default=None,
+        help="answer 503 beyond this many connections and tasks at once",
     )
     server.add_argument(
         "--http-sessions",

@@ -136,3 +136,20 @@ def test_the_metadata_route_does_not_leak_to_strangers(guarded_server):
     except urllib.error.HTTPError as error:
         assert json.loads(error.read()) == {"detail": "missing or wrong bearer token"}
         assert error.headers["WWW-Authenticate"] == "Bearer"
+
+
+def test_connection_limits_reach_uvicorn(monkeypatch, tmp_path):
+    from hgpo_env.__main__ import main
+    from hgpo_env.serve import server
+
+    seen = {}
+
+    def run(self):
+        seen["config"], seen["line"] = self.config, self.line
+
+    monkeypatch.setattr(server._AnnouncingServer, "run", run)
+    (tmp_path / "token").write_text(TOKEN)
+    argv = ["serve", "HGPO-Rooms-v0", "--keep-alive", "2.5", "--limit-concurrency", "300"]
+    assert main([*argv, "--token-file", str(tmp_path / "token"), "--port", "9"]) == 0
+    assert (seen["config"].timeout_keep_alive, seen["config"].limit_concurrency) == (2.5, 300)
+    assert seen["line"] == "serving HGPO-Rooms-v0 at http://127.0.0.1:9 (64 sessions, token required)"

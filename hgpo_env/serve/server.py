@@ -325,6 +325,8 @@ def serve(
     insecure: bool = False,
     allow: Sequence[str] = (),
     http_sessions: bool = False,
+    keep_alive: float = 5.0,
+    limit_concurrency: int | None = None,
 ) -> None:
     """Serve until SIGINT or SIGTERM, which stop taking sessions and close the open ones; print
     one line with the URL once sessions are accepted. A ``host`` other machines can reach needs
@@ -340,7 +342,15 @@ def serve(
         allow=allow,
         http_sessions=http_sessions,
     )
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", ws_max_size=16 * 2**20)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        ws_max_size=16 * 2**20,
+        timeout_keep_alive=keep_alive,
+        limit_concurrency=limit_concurrency,
+    )
     ready = f"serving {import_env_module(env_id)} at http://{host}:{port} ({max_sessions} sessions"
     ready += ", token required)" if token else ", no token)"
     _AnnouncingServer(config, ready).run()
