@@ -222,7 +222,7 @@ def test_search_ties_keep_catalog_order_and_the_index_is_cached_on_disk(monkeypa
     assert engine.search("red", k=2) == [3, 0]  # 0 and 2 tie: the earlier one is kept
     monkeypatch.setenv("HGPO_DATA", str(tmp_path))
     catalog = generate_catalog(50)
-    monkeypatch.setattr(search_module, "_ENGINES", {})
+    monkeypatch.setattr(search_module, "_ENGINES", search_module.OrderedDict())
     built = search_module.engine_for(catalog)
     assert search_module.engine_for(catalog) is built
     cached = list((tmp_path / "webshop" / "index").iterdir())
