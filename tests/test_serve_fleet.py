@@ -11,9 +11,12 @@ import urllib.request
 
 import pytest
 from serve_helpers import running_server, ws_request
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from hgpo_env.serve.choices import Allowed, ClientChoices, redact_paths
+from hgpo_env.serve.idle import IDLE_CLOSE_CODE
+from hgpo_env.serve.wire import HGPOAction
 
 
 @pytest.fixture(scope="module")
@@ -57,24 +60,40 @@ def test_the_http_session_routes_are_off(rooms):
         assert missing.value.code in (404, 405), path
 
 
-def test_a_reclaimed_session_says_so_and_the_cap_holds():
-    with running_server("HGPO-Rooms-v0", "--max-sessions", "1", "--session-timeout", "1") as (url, _):
+def test_an_idle_session_is_closed_with_a_reason_and_the_cap_holds():
+    with running_server("HGPO-Rooms-v0", "--max-sessions", "1", "--session-timeout", "2") as (url, _):
         ws_url = url.replace("http", "ws") + "/ws"
         with connect(ws_url) as idle:
             assert ws_request(idle, "reset", {"seed": 0})["type"] == "observation"
             with connect(ws_url) as newcomer:  # refused while the idle one holds the only slot
-                first = json.loads(newcomer.recv(timeout=30))
-                assert first["data"]["code"] == "CAPACITY_REACHED"
-            for idle_for in (7, 10, 15):  # OpenEnv's reaper looks every few seconds; a step resets the clock
-                time.sleep(idle_for)
-                answer = ws_request(idle, "step", {"response": "look"})
-                if answer["type"] == "error":
-                    break
-            assert "closed by the server" in answer["data"]["message"], answer
-            again = ws_request(idle, "reset", {"seed": 0})  # no env beyond the cap for the old socket
-            assert again["type"] == "error" and "open a new connection" in again["data"]["message"]
-            with connect(ws_url) as newcomer:  # the slot is free for a new session
-                assert ws_request(newcomer, "reset", {"seed": 0})["type"] == "observation"
+                assert json.loads(newcomer.recv(timeout=30))["data"]["code"] == "CAPACITY_REACHED"
+            with pytest.raises(ConnectionClosed) as closed:  # the server closes it once idle for 2 s
+                idle.recv(timeout=30)
+            assert (
+                closed.value.rcvd.code == IDLE_CLOSE_CODE
+                and "idle for more than 2 s" in closed.value.rcvd.reason
+            )
+        deadline = time.monotonic() + 30
+        while True:  # the slot comes free as OpenEnv ends the closed session
+            with connect(ws_url) as newcomer:
+                answer = ws_request(newcomer, "reset", {"seed": 0})
+            if answer["type"] == "observation" or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert answer["type"] == "observation", answer
+
+
+def test_a_closed_session_makes_no_env_past_the_cap():
+    """What a message still reaching a closed session gets (OpenEnv's reaper beat the socket)."""
+    from hgpo_env.serve.server import HGPOEnvironment
+
+    session = HGPOEnvironment("HGPO-Rooms-v0")
+    session.reset(seed=0)
+    session.close()
+    for call in (lambda: session.reset(seed=0), lambda: session.step(HGPOAction(response="look"))):
+        with pytest.raises(RuntimeError, match="closed by the server .* open a new connection"):
+            call()
+    assert session.env is None
 
 
 def test_a_task_listing_does_not_stall_the_sessions_stepping():

@@ -32,6 +32,7 @@ from hgpo_env.registration import import_env_module
 from hgpo_env.serve.auth import BearerAuth, check_bind
 from hgpo_env.serve.choices import Allowed, ClientChoices, redact_paths
 from hgpo_env.serve.frames import FrameGuard
+from hgpo_env.serve.idle import IdleClose
 from hgpo_env.serve.wire import MAX_RESPONSE_CHARS, HGPOAction, HGPOObservation, info_to_wire
 
 
@@ -39,8 +40,9 @@ class HGPOEnvironment(Environment[HGPOAction, HGPOObservation, State]):
     """One session's env, made at its first reset (and again when a reset changes its kwargs).
 
     Once the server closes the session (its client left, or it sat idle past the session
-    timeout) it stays closed: a client still holding the socket gets an error saying so, and the
-    server never makes an env beyond ``--max-sessions``."""
+    timeout: :mod:`~hgpo_env.serve.idle` closes the socket then) it stays closed: a message that
+    still reaches it gets an error saying so, and the server never makes an env beyond
+    ``--max-sessions``."""
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 
@@ -307,6 +309,8 @@ def build_app(
             r for r in app.router.routes if getattr(r, "path", None) not in HTTP_SESSION_ROUTES
         ]
     app.add_middleware(FrameGuard)
+    if session_timeout is not None:
+        app.add_middleware(IdleClose, timeout=session_timeout)
     if token is not None:
         app.add_middleware(BearerAuth, token=token)  # outermost: strangers reach nothing
     return app
