@@ -8,10 +8,12 @@ included) go to the generator in one batch, the responses step exactly those env
 from __future__ import annotations
 
 import inspect
+import math
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TextIO, TypeVar
 
 import gymnasium as gym
 import numpy as np
@@ -225,6 +227,24 @@ def play_episodes(
         if on_turn is not None:
             on_turn(turn, len(active), steps)
     return [episodes[i] for i in sorted(episodes)]
+
+
+def progress_lines(
+    label: str, num_envs: int, every: float = 10.0, stream: TextIO | None = None
+) -> Callable[[int, int, int], None]:
+    """An ``on_turn`` callback that writes a progress line at most every ``every`` seconds, for
+    runs without a progress bar (the OpenRLHF backend's trainer actor, whose output Ray relays)."""
+    last = -math.inf
+
+    def show(turn: int, running: int, steps: int) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last >= every:
+            last = now
+            line = f"{label}: turn {turn}, {running}/{num_envs} episodes running, {steps} steps"
+            print(line, file=stream or sys.stderr, flush=True)
+
+    return show
 
 
 def step_columns(episodes: Sequence[Episode[Any]]) -> dict[str, np.ndarray]:

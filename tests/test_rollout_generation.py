@@ -467,3 +467,22 @@ def test_merged_state_dict_of_a_lora_model_has_base_names(tiny):
     assert torch.equal(merged["model.embed_tokens.weight"], base.state_dict()["model.embed_tokens.weight"])
     assert not any("lora" in n for n in merged)
     assert "base_layer" in "".join(n for n, _ in lora.named_parameters())  # unmerged again afterwards
+
+
+def test_progress_lines_are_throttled(monkeypatch):
+    """Runs without a progress bar (the OpenRLHF trainer actor) get a line at most every ``every`` s."""
+    import io
+
+    from hgpo_train import rollout
+
+    clock = iter([0.0, 1.0, 10.5, 11.0, 25.0])
+    monkeypatch.setattr(rollout.time, "monotonic", lambda: next(clock))
+    stream = io.StringIO()
+    show = rollout.progress_lines("iteration 3 rollout", 128, every=10.0, stream=stream)
+    for turn in range(1, 6):
+        show(turn, 128 - turn, 128 * turn)
+    assert stream.getvalue().splitlines() == [
+        "iteration 3 rollout: turn 1, 127/128 episodes running, 128 steps",
+        "iteration 3 rollout: turn 3, 125/128 episodes running, 384 steps",
+        "iteration 3 rollout: turn 5, 123/128 episodes running, 640 steps",
+    ]

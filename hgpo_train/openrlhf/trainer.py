@@ -19,6 +19,7 @@ advantages. Metrics go to the same ``metrics.jsonl``/TensorBoard as the single-m
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -40,7 +41,7 @@ from hgpo_train.openrlhf.experience_maker import StepAdvantageMaker
 from hgpo_train.openrlhf.padding import pad_multiple
 from hgpo_train.openrlhf.samples import step_experiences
 from hgpo_train.openrlhf.settings import OpenRLHFConfig
-from hgpo_train.rollout import collect_rollouts, count_tasks, make_pool
+from hgpo_train.rollout import collect_rollouts, count_tasks, make_pool, progress_lines
 from hgpo_train.tracking import MetricsLogger
 from hgpo_train.train import advantage_metrics, draw_group_tasks, iteration_seed
 
@@ -158,8 +159,11 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         """Play one episode in every env, group seeds drawn from ``(train.seed, iteration)``."""
         rng = np.random.default_rng(iteration_seed(self.config.train.seed, iteration))
         seeds, task_ids = draw_group_tasks(rng, self.config.env.num_groups, self.num_tasks)
+        progress = progress_lines(f"iteration {iteration + 1} rollout", self.pool.num_envs)
         with self._engines_awake():
-            return collect_rollouts(self.pool, self.generator, seeds=seeds, task_ids=task_ids)
+            return collect_rollouts(
+                self.pool, self.generator, seeds=seeds, task_ids=task_ids, on_turn=progress
+            )
 
     def evaluate(self, global_step: int = 0, **_: Any) -> dict[str, float]:
         with self._engines_awake():
@@ -173,6 +177,7 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         rollout_s = time.perf_counter() - start
         samples, table = step_experiences(batch, self.multiple, self.generator.end_ids)
         self.experience_maker.table = table
+        print(f"iteration {iteration + 1}: update on {len(batch)} steps", file=sys.stderr, flush=True)
         status, _ = self.train_step(samples, iteration)
         timing = batch.extras["timing"]
         tokens = int(batch.prompt_lengths.sum() + batch.response_lengths.sum())

@@ -81,6 +81,10 @@ def test_killed_driver_resumes_from_its_checkpoint(warm_model: str, ray_tmp: str
     )
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"resuming from {latest.parent / f'global_step{saved}'} (iteration {saved})" in again.stderr
+    shown = again.stdout + again.stderr  # the trainer actor's progress, relayed by Ray
+    assert (
+        f"iteration {saved + 1} rollout: turn 1, " in shown and f"iteration {saved + 1}: update on " in shown
+    )
     logged = [r["iteration"] for r in read_metrics(out / "metrics.jsonl")]
     assert logged == list(range(1, ITERATIONS + 1)), logged  # no gap, no duplicate
     assert (out / "final_model" / "config.json").is_file()
