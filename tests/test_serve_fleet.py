@@ -50,6 +50,23 @@ def test_clients_choose_the_task_not_the_operators_arguments(rooms):
         assert answer["data"]["done"]  # max_steps=5 took
 
 
+def test_a_hostile_clients_huge_arguments_get_short_errors(rooms):
+    with connect(rooms.replace("http", "ws") + "/ws", max_size=None) as ws:
+        for kwargs in ({"k" * 1_000_000: 1}, {"split": "s" * 1_000_000}, {"max_steps": "9" * 1_000_000}):
+            answer = ws_request(ws, "reset", {"seed": 0, "env_kwargs": kwargs})
+            assert answer["type"] == "error" and len(json.dumps(answer)) < 5_000, str(answer)[:200]
+        assert ws_request(ws, "reset", {"seed": 0})["type"] == "observation"  # the session goes on
+    request = urllib.request.Request(
+        f"{rooms}/HGPO-Rooms-v0/num_tasks",
+        data=b'{"split": "nope"}',
+        headers={"Content-Type": "application/json"},
+    )
+    started = time.monotonic()
+    with pytest.raises(urllib.error.HTTPError) as refused:  # a split the env does not name: no env is built
+        urllib.request.urlopen(request, timeout=30)
+    assert refused.value.code == 400 and time.monotonic() - started < 2
+
+
 def test_the_http_session_routes_are_off(rooms):
     for path in ("/reset", "/step", "/mcp"):
         request = urllib.request.Request(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -64,7 +65,7 @@ class Allowed:
             or not self.low <= value <= self.high
         ):
             raise ValueError(
-                f"env argument {self.name!r} must be a number in [{self.low:g}, {self.high:g}], got {value!r}"
+                f"env argument {self.name!r} must be a number in [{self.low:g}, {self.high:g}], got {reprlib.repr(value)}"
             )
 
 
@@ -117,13 +118,17 @@ class ClientChoices:
                 kwargs[name] = value
             else:
                 refused.append(name)
-        if refused:
-            mine = {name: self.effective.get(name, "(not set)") for name in refused}
+        if refused:  # named, cut short: the names are the client's and may be huge
+            mine = {_short(name): self.effective.get(name, "(not set)") for name in refused[:8]}
             raise ValueError(
-                f"env arguments {refused} are the operator's: this server runs with {mine} and lets "
+                f"env arguments {list(mine)} are the operator's: this server runs with {mine} and lets "
                 f"clients choose the task and {sorted(TASK_KEYS | set(self.allowed))}"
             )
         return kwargs
+
+
+def _short(name: str, limit: int = 60) -> str:
+    return name if len(name) <= limit else f"{name[:limit]}..."
 
 
 def _same(served: Any, requested: Any) -> bool:

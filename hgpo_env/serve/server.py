@@ -1,12 +1,12 @@
 """An OpenEnv server for any registered env: ``python -m hgpo_env serve ENV_ID``.
 
 The app is OpenEnv's own (``create_app``): episodes run over its ``/ws`` WebSocket, one env per
-connection; its stateless HTTP ``/reset`` and ``/step`` make a fresh env per request and are of
-no use for an episode. Each session's env is ``gymnasium.make(ENV_ID, **kwargs)``: the server's
-keyword arguments, which a reset's ``env_kwargs`` may only repeat, or change where the operator
-allows it (:mod:`hgpo_env.serve.choices`; the split is the client's). A reset takes ``seed`` and
-``task_id`` (or the Task API's ``split`` and ``index``), so the members
-of a group play one task, as their ``task_key`` and ``initial_fingerprint`` show (the pool checks them).
+connection (its HTTP session routes are left out unless asked for: :func:`build_app`). Each
+session's env is ``gymnasium.make(ENV_ID, **kwargs)``: the server's keyword arguments, which a
+reset's ``env_kwargs`` may only repeat, or change where the operator allows it
+(:mod:`hgpo_env.serve.choices`; the split is the client's). A reset takes ``seed`` and ``task_id``
+(or the Task API's ``split`` and ``index``), so the members of a group play one task, as their
+``task_key`` and ``initial_fingerprint`` show (the pool checks them).
 
 With a token (:mod:`hgpo_env.serve.auth`) every route and WebSocket upgrade needs it; without
 one the server binds loopback only, unless the operator says ``insecure``.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import reprlib
 import threading
 import typing
 import uuid
@@ -211,27 +212,33 @@ class TaskCatalog:
     def splits(self) -> list[str]:
         with self._lock:
             if self._splits is None:
-                made = gym.make(self.env_id, **self.env_kwargs)
-                try:
-                    hint = typing.get_type_hints(type(made.unwrapped).__init__).get("split")
-                finally:
-                    made.close()
+                hint = self._read(
+                    self.env_kwargs, lambda env: typing.get_type_hints(type(env).__init__).get("split")
+                )
                 literal = typing.get_origin(hint) is typing.Literal
                 self._splits = list(typing.get_args(hint)) if literal else []
             return list(self._splits)
 
     def count(self, split: str) -> int | None:
-        """Tasks in ``split`` (None: unbounded)."""
+        """Tasks in ``split`` (None: unbounded); a split the env does not name is refused
+        before any env is built, so strangers cannot make the server build envs at will."""
+        named = self.splits()
+        if named and split not in named:
+            raise IndexError(f"no split {reprlib.repr(split)}: this env has {named}")
         with self._lock:
             if split not in self._counts:
-                with _redacted():
-                    made = gym.make(self.env_id, **{**self.env_kwargs, "split": split})
-                try:
-                    count = made.unwrapped.num_tasks
-                finally:
-                    made.close()
+                count = self._read({**self.env_kwargs, "split": split}, lambda env: env.num_tasks)
                 self._counts[split] = None if count is None else int(count)
             return self._counts[split]
+
+    def _read(self, kwargs: Mapping[str, Any], read: Any) -> Any:
+        """``read`` of a freshly built env (unwrapped), which is closed after."""
+        with _redacted():
+            made = gym.make(self.env_id, **kwargs)
+        try:
+            return read(made.unwrapped)
+        finally:
+            made.close()
 
 
 @contextlib.contextmanager
@@ -240,7 +247,10 @@ def _redacted() -> Iterator[None]:
     try:
         yield
     except Exception as error:  # noqa: BLE001  (every env error goes to the client, redacted)
-        raise RuntimeError(redact_paths(f"{type(error).__name__}: {error}")) from None
+        text = redact_paths(f"{type(error).__name__}: {error}")
+        raise RuntimeError(
+            text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + " ..."
+        ) from None
 
 
 def _bare_id(env_id: str) -> str:
@@ -267,6 +277,8 @@ class InlineHGPOEnvironment(HGPOEnvironment):
         return self.step(action)
 
 
+MAX_ERROR_CHARS = 2000
+"""Longest env error a client is sent (an env may echo the client's own huge input)."""
 HTTP_SESSION_ROUTES = frozenset({"/reset", "/step", "/state", "/mcp"})
 """OpenEnv's routes that make envs outside the session cap (off unless asked for)."""
 
