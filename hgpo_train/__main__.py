@@ -62,7 +62,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, backend_args = parser.parse_known_args(argv)
     if args.backend == "openrlhf":  # its own flags (--ray-address, --dry-run, ...) pass through
-        from hgpo_train.openrlhf.cli import main as openrlhf_main
+        try:
+            from hgpo_train.openrlhf.cli import main as openrlhf_main
+        except ModuleNotFoundError as missing:
+            print(
+                f"error: the openrlhf backend's packages are not in this Python ({sys.executable}; no "
+                f"module {missing.name!r}): on CPU run bash scripts/setup_openrlhf_cpu.sh, then "
+                ".venv-openrlhf/bin/python -m hgpo_train ...; on GPUs pip install -e '.[openrlhf]'",
+                file=sys.stderr,
+            )
+            return 2
 
         return openrlhf_main(sys.argv[1:] if argv is None else argv)
     if backend_args:

@@ -493,6 +493,10 @@ def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+BACKEND_SECTION = "openrlhf"
+"""The section only ``--backend openrlhf`` reads (:mod:`hgpo_train.openrlhf.settings`)."""
+
+
 def load_config(
     path: str | Path | None = None,
     overrides: list[str] | tuple[str, ...] = (),
@@ -512,6 +516,7 @@ def load_config(
             raise ConfigError(f"{path}: not valid YAML: {error}") from error
         if not isinstance(tree, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of sections")
+        tree.pop(BACKEND_SECTION, None)  # the OpenRLHF backend's cluster keys: one config runs on both
     cli: dict[str, Any] = {}
     for text in overrides:
         key, value = parse_override(text)

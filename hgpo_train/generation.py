@@ -254,25 +254,13 @@ class VLLMGenerator:
         )
 
     def _params(self, temperature: float, commands: Sequence[str] | None) -> Any:
-        kwargs: dict[str, Any] = {
-            "temperature": temperature,
-            "top_p": self.config.top_p,
-            "max_tokens": self.config.max_new_tokens,
-            "stop_token_ids": [self.encoder.end_id],
-        }
-        if commands is not None:
-            texts = [format_choice(c, self.encoder.response_format) for c in commands]
-            language = (
-                {"regex": choices_regex(texts)}
-                if any(split_slot(text) for text in texts)
-                else {"choice": texts}
-            )
-            params_module = importlib.import_module("vllm.sampling_params")
-            if hasattr(params_module, "StructuredOutputsParams"):  # vLLM >= 0.11
-                kwargs["structured_outputs"] = params_module.StructuredOutputsParams(**language)
-            else:
-                kwargs["guided_decoding"] = params_module.GuidedDecodingParams(**language)
-        return self.vllm.SamplingParams(**kwargs)
+        return self.vllm.SamplingParams(
+            temperature=temperature,
+            top_p=self.config.top_p,
+            max_tokens=self.config.max_new_tokens,
+            stop_token_ids=[self.encoder.end_id],
+            **structured_output(commands, self.encoder.response_format),
+        )
 
     def generate(
         self,
@@ -286,18 +274,12 @@ class VLLMGenerator:
             self._params(temperature, admissible[i] if admissible else None) for i in range(len(prompts))
         ]
         outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in encoded], params, use_tqdm=False)
-        results = []
-        for i, out in enumerate(outputs):
-            response = list(out.outputs[0].token_ids)
-            if out.outputs[0].finish_reason == "stop" and (
-                not response or response[-1] != self.encoder.end_id
-            ):
-                response.append(self.encoder.end_id)  # vLLM drops the stop token; the policy must learn it
-            choices = self.encoder.choices(admissible[i]) if admissible else None
-            if choices is not None and not on_trie(choices, response, self.encoder.end_id):
-                choices = None
-            results.append(Generation(encoded[i], response, self.encoder.decode(response), choices))
-        return results
+        return [
+            vllm_generation(
+                self.encoder, encoded[i], out.outputs[0], [self.encoder.end_id], admissible[i] if admissible else None
+            )
+            for i, out in enumerate(outputs)
+        ]
 
     def sync_weights(self, model: Any) -> None:
         """Load the trainer's current weights into the engine (LoRA adapters merged first).
@@ -314,6 +296,41 @@ class VLLMGenerator:
             self.llm.apply_model(lambda engine_model: engine_model.load_weights(weights))
         else:  # older vLLM
             self.llm.llm_engine.model_executor.driver_worker.model_runner.model.load_weights(weights)
+
+
+def structured_output(commands: Sequence[str] | None, response_format: str) -> dict[str, Any]:
+    """``vllm.SamplingParams`` keywords that restrict a response to ``commands`` (none for None):
+    vLLM's structured outputs as a *choice* list, or as a *regex* when a command has a slot."""
+    if commands is None:
+        return {}
+    texts = [format_choice(c, response_format) for c in commands]
+    language = {"regex": choices_regex(texts)} if any(split_slot(t) for t in texts) else {"choice": texts}
+    params_module = importlib.import_module("vllm.sampling_params")
+    if hasattr(params_module, "StructuredOutputsParams"):  # vLLM >= 0.11
+        return {"structured_outputs": params_module.StructuredOutputsParams(**language)}
+    return {"guided_decoding": params_module.GuidedDecodingParams(**language)}
+
+
+def vllm_generation(
+    encoder: PromptEncoder,
+    prompt_ids: list[int],
+    completion: Any,
+    end_ids: Sequence[int],
+    commands: Sequence[str] | None,
+) -> Generation:
+    """A :class:`Generation` from one vLLM ``CompletionOutput`` of ``prompt_ids``.
+
+    A response that stopped on an end token vLLM left out gets it back (the policy must learn to
+    emit it). Constrained responses carry their choices unless vLLM tokenised the command another
+    way than the trie (``choices=None``: trained unconstrained).
+    """
+    response = list(completion.token_ids)
+    if completion.finish_reason == "stop" and (not response or response[-1] not in end_ids):
+        response.append(encoder.end_id)
+    choices = encoder.choices(commands) if commands is not None else None
+    if choices is not None and not on_trie(choices, response, encoder.end_id):
+        choices = None
+    return Generation(prompt_ids, response, encoder.decode(response), choices)
 
 
 def merged_state_dict(model: Any) -> dict[str, torch.Tensor]:

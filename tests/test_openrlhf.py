@@ -266,12 +266,27 @@ def test_seven_b_config_and_overrides() -> None:
         ("update.mini_batch_size=100", "must be a multiple"),
         ("openrlhf.vllm_num_engines=3", "colocate_all needs"),
         ("openrlhf.vllm_num_engine=3", "did you mean vllm_num_engines"),
-        ("generation.constrained=true", "not supported"),
+        ("openrlhf.engine_gap_warning=0", "must be positive"),
+        (
+            "openrlhf.extra_args=[--algo.advantage.is_correction_level, token]",
+            "is_correction_level .*engine-policy gap",
+        ),
+        ("openrlhf.extra_args=['--algo.advantage.is_correction_level=seq']", "step samples do not carry"),
     ],
 )
 def test_config_errors_name_the_key(override: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         load_run(PAPER_CONFIGS[0], [override])
+
+
+def test_tensor_parallel_engines_are_refused_on_cpu() -> None:
+    with pytest.raises(ConfigError, match="vllm_tensor_parallel_size must be 1 with openrlhf.device=cpu"):
+        load_run("configs/openrlhf_rooms_cpu.yaml", ["openrlhf.vllm_tensor_parallel_size=2", "openrlhf.colocate_all=false"])
+
+
+def test_constrained_decoding_is_accepted() -> None:
+    config, _ = load_run(PAPER_CONFIGS[0], ["generation.constrained=true"])
+    assert config.generation.constrained
 
 
 def test_resource_check_fails_instead_of_hanging() -> None:
@@ -400,3 +415,20 @@ def test_gpu_check_scripts_cpu_parts(tmp_path) -> None:
         assert config.update.mini_batch_size == 8 * gpus and config.model.name_or_path == "tiny"
     with pytest.raises(SystemExit, match="install the GPU stack first"):
         script.preflight(0)
+
+
+def test_engine_gap_is_per_engine_and_reports_the_worst() -> None:
+    from hgpo_train.openrlhf.gap import gap_metrics, probe_rows
+
+    policy = {0: np.array([-1.0, -2.0]), 5: np.array([-0.5])}
+    synced = {0: np.array([-1.0, -2.001]), 5: np.array([-0.5])}
+    stale = {0: np.array([-1.2, -1.9]), 5: np.array([-0.8])}
+    gap = gap_metrics([synced, stale], policy)
+    assert gap["engine_gap/mean_engine0"] == pytest.approx(0.001 / 3)
+    assert gap["engine_gap/mean_engine1"] == pytest.approx((0.2 + 0.1 + 0.3) / 3)
+    assert gap["engine_gap/max_engine1"] == pytest.approx(0.3)
+    assert gap["engine_gap/mean"] == gap["engine_gap/mean_engine1"]  # the worst engine decides
+    assert gap["engine_gap/max"] == pytest.approx(0.3)
+    batch = make_batch()
+    rows = probe_rows(batch)
+    assert len(rows) == 4 and rows[0] == 0 and rows[-1] == len(batch) - 1

