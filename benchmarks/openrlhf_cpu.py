@@ -1,12 +1,14 @@
 """Where an iteration's time goes on CPU: the OpenRLHF backend beside the local trainer, same config.
 
     bash scripts/setup_openrlhf_cpu.sh            # once: vLLM's CPU build, DeepSpeed, Ray, OpenRLHF
-    .venv-openrlhf/bin/python benchmarks/openrlhf_cpu.py [--iterations 5] [key=value ...]
+    .venv-openrlhf/bin/python benchmarks/openrlhf_cpu.py [--iterations 5] [--config FILE] [key=value ...]
+    .venv-openrlhf/bin/python benchmarks/openrlhf_cpu.py --config configs/openrlhf_rooms_demo.yaml
 
-Runs ``configs/openrlhf_rooms_cpu.yaml`` three ways, one after the other, each a fresh process
+Runs a config (default ``configs/openrlhf_rooms_cpu.yaml``; the learning demo is
+``configs/openrlhf_rooms_demo.yaml``) three ways, one after the other, each a fresh process
 with its own run folder: the OpenRLHF backend (Ray, a vLLM engine, DeepSpeed ZeRO-2 policy and
 reference, gloo weight sync), and the local trainer with Hugging Face generation and with vLLM
-generation (its ``openrlhf:`` section dropped). Per iteration it reports seconds in generation,
+generation (which ignore the ``openrlhf:`` section). Per iteration it reports seconds in generation,
 the envs, experience making (OpenRLHF: policy and reference log-probs; local: advantages, the
 log-probs are part of its update), the update and the weight sync, the mean over iterations
 after the first (which warms up), and each run's start-up (wall time less its iterations).
@@ -22,8 +24,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout
 
@@ -38,23 +38,22 @@ PARTS = {  # column: (OpenRLHF backend's metric, local trainer's metric)
     "sync": ("time/broadcast_s", "time/sync_s"),
     "iteration": ("time/iteration_s", "time/iteration_s"),
 }
-RUNS = {  # name: (extra command-line arguments, uses the openrlhf section)
-    "local, HF generate": (["generation.backend=hf"], False),
-    "local, vLLM generate": (["generation.backend=vllm"], False),
-    "OpenRLHF backend": (["--backend", "openrlhf"], True),
+RUNS = {  # name: extra command-line arguments
+    "local, HF generate": ["generation.backend=hf"],
+    "local, vLLM generate": ["generation.backend=vllm"],
+    "OpenRLHF backend": ["--backend", "openrlhf"],
 }
 
 
 def run(name: str, config: Path, out: Path, iterations: int, overrides: list[str]) -> dict[str, float]:
     """One training run as the user starts it; its mean seconds per part and its start-up."""
-    extra, _ = RUNS[name]
     argv = [
         sys.executable,
         "-m",
         "hgpo_train",
         "--config",
         str(config),
-        *extra,
+        *RUNS[name],
         f"train.output_dir={out}",
         f"train.iterations={iterations}",
         "train.eval_every=0",
@@ -81,29 +80,24 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument("--config", type=Path, default=CONFIG)
     parser.add_argument("overrides", nargs="*", help="section.field=value, for all three runs")
     args = parser.parse_args(argv)
     if args.iterations < 2:
         sys.exit("--iterations must be at least 2 (the first one is left out of the means)")
     with tempfile.TemporaryDirectory() as tmp:
-        tree = yaml.safe_load(CONFIG.read_text())
-        tree.pop("openrlhf")
-        local_config = Path(tmp) / "local.yaml"
-        local_config.write_text(yaml.safe_dump(tree))
         results = {}
-        for name, (_, openrlhf) in RUNS.items():
+        for name in RUNS:
             print(f"running {name} ...", file=sys.stderr, flush=True)
-            config = CONFIG if openrlhf else local_config
-            results[name] = run(
-                name, config, Path(tmp) / name.replace(" ", "_"), args.iterations, args.overrides
-            )
+            out = Path(tmp) / name.replace(" ", "_")
+            results[name] = run(name, args.config, out, args.iterations, args.overrides)
     base = results["local, HF generate"]["iteration"]
     header = (
         f"{'run':22s} {'steps':>6s} "
         + " ".join(f"{p:>10s}" for p in PARTS)
         + f" {'vs HF':>6s} {'start-up':>9s}"
     )
-    print(f"seconds per iteration (mean of iterations 2..{args.iterations}), {CONFIG.name}")
+    print(f"seconds per iteration (mean of iterations 2..{args.iterations}), {args.config.name}")
     print(header)
     for name, means in results.items():
         parts = " ".join(f"{means[p]:10.2f}" for p in PARTS)

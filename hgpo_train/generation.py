@@ -276,7 +276,11 @@ class VLLMGenerator:
         outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in encoded], params, use_tqdm=False)
         return [
             vllm_generation(
-                self.encoder, encoded[i], out.outputs[0], [self.encoder.end_id], admissible[i] if admissible else None
+                self.encoder,
+                encoded[i],
+                out.outputs[0],
+                [self.encoder.end_id],
+                admissible[i] if admissible else None,
             )
             for i, out in enumerate(outputs)
         ]

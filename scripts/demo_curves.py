@@ -1,13 +1,16 @@
-"""Run the CPU demo once per estimator and seed, and plot the learning curves in one figure.
+"""Run the CPU demo once per estimator, backend and seed, and plot the learning curves in one figure.
 
     python scripts/demo_curves.py [--config configs/rooms_demo.yaml] [--estimators hgpo gigpo grpo]
                                   [--seeds 0 1 2] [--out docs/rooms_demo_curves.png] [key=value ...]
+    .venv-openrlhf/bin/python scripts/demo_curves.py --config configs/openrlhf_rooms_demo.yaml \
+        --estimators hgpo --backends local openrlhf --out docs/openrlhf_demo_curves.png
 
-Every estimator runs with the same seeds (``train.seed``: model initialisation, tasks, sampling)
-in ``<train.output_dir>_<estimator>_seed<seed>``; a finished run is resumed (so not redone), a
-killed one continues. The figure shows, per estimator, the mean over seeds and the min-max band
-of the training success rate per iteration and of the success rate on the fixed evaluation
-tasks; a JSON summary is written next to it.
+Every run uses the same seeds (``train.seed``: model initialisation, tasks, sampling), in
+``<train.output_dir>_<estimator>_seed<seed>`` (``..._<backend>_seed<seed>`` for the OpenRLHF
+backend); a finished run is resumed (so not redone), a killed one continues. The figure shows,
+per estimator and backend, the mean over seeds and the min-max band of the training success rate
+per iteration and of the success rate on the fixed evaluation tasks; a JSON summary is written
+next to it.
 """
 
 from __future__ import annotations
@@ -28,12 +31,14 @@ from hgpo_train.config import load_config
 from hgpo_train.tracking import read_metrics
 
 
-def train(config: str, estimator: str, output_dir: str, overrides: list[str]) -> Path:
+def train(config: str, estimator: str, output_dir: str, overrides: list[str], backend: str = "local") -> Path:
     """One demo run through the public command line (exactly what a user would type)."""
     command = [
         sys.executable,
         "-m",
         "hgpo_train",
+        "--backend",
+        backend,
         "--config",
         config,
         *overrides,
@@ -104,19 +109,29 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--config", default="configs/rooms_demo.yaml")
     parser.add_argument("--estimators", nargs="+", default=["hgpo", "gigpo", "grpo"])
+    parser.add_argument("--backends", nargs="+", choices=["local", "openrlhf"], default=["local"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "rooms_demo_curves.png")
     parser.add_argument("overrides", nargs="*", help="section.field=value, applied to every run")
     args = parser.parse_args(argv)
 
     base = load_config(ROOT / args.config, args.overrides)
-    runs: dict[str, dict[int, list[dict]]] = {e: {} for e in args.estimators}
-    for seed in args.seeds:  # seed by seed: a run cut short still leaves every estimator comparable
-        for estimator in args.estimators:
-            output_dir = f"{base.train.output_dir}_{estimator}_seed{seed}"
-            metrics = train(args.config, estimator, output_dir, [*args.overrides, f"train.seed={seed}"])
-            runs[estimator][seed] = read_metrics(metrics)
+    labels = {
+        (e, b): e if args.backends == ["local"] else f"{e}, {b}"
+        for e in args.estimators
+        for b in args.backends
+    }
+    runs: dict[str, dict[int, list[dict]]] = {label: {} for label in labels.values()}
+    for seed in args.seeds:  # seed by seed: a run cut short still leaves every curve comparable
+        for (estimator, backend), label in labels.items():
+            suffix = "" if backend == "local" else f"_{backend}"
+            output_dir = f"{base.train.output_dir}_{estimator}{suffix}_seed{seed}"
+            overrides = [*args.overrides, f"train.seed={seed}"]
+            runs[label][seed] = read_metrics(train(args.config, estimator, output_dir, overrides, backend))
     command = "python scripts/demo_curves.py --config " + args.config
+    command += " --estimators " + " ".join(args.estimators)
+    if args.backends != ["local"]:
+        command += " --backends " + " ".join(args.backends)
     command += " --seeds " + " ".join(map(str, args.seeds)) + "".join(f" {o}" for o in args.overrides)
     seeds = ", ".join(map(str, args.seeds))
     plot(
@@ -124,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out,
         f"Rooms CPU demo, tiny model from scratch, seeds {seeds}: {command}",
     )
-    summary = {estimator: summarise(r) for estimator, r in runs.items()}
+    summary = {label: summarise(r) for label, r in runs.items()}
     args.out.with_suffix(".json").write_text(json.dumps({"command": command, "runs": summary}, indent=2))
     print(json.dumps(summary, indent=2))
     print(f"plot: {args.out}")

@@ -281,7 +281,10 @@ def test_config_errors_name_the_key(override: str, message: str) -> None:
 
 def test_tensor_parallel_engines_are_refused_on_cpu() -> None:
     with pytest.raises(ConfigError, match="vllm_tensor_parallel_size must be 1 with openrlhf.device=cpu"):
-        load_run("configs/openrlhf_rooms_cpu.yaml", ["openrlhf.vllm_tensor_parallel_size=2", "openrlhf.colocate_all=false"])
+        load_run(
+            "configs/openrlhf_rooms_cpu.yaml",
+            ["openrlhf.vllm_tensor_parallel_size=2", "openrlhf.colocate_all=false"],
+        )
 
 
 def test_constrained_decoding_is_accepted() -> None:

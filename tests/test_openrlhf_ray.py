@@ -241,3 +241,18 @@ def test_trainer_actor_is_bound_to_the_run_and_pinned_to_this_node(cluster: None
     assert issubclass(bound, HGPOTrainer) and bound.config is config
     options = actor_class._default_options
     assert options["scheduling_strategy"].node_id == ray.get_runtime_context().get_node_id()
+
+
+def test_engine_gap_above_the_threshold_warns(capsys: pytest.CaptureFixture[str]) -> None:
+    import numpy as np
+
+    trainer = object.__new__(HGPOTrainer)
+    trainer.cluster = OpenRLHFConfig(engine_gap_warning=0.05)
+    trainer.experience_maker = SimpleNamespace(policy_logprobs={3: np.array([-1.0, -2.0])})
+    assert trainer.engine_gap([]) == {}  # not measured (another temperature)
+    synced = trainer.engine_gap([{3: np.array([-1.0, -2.01])}])
+    assert synced["engine_gap/mean"] == pytest.approx(0.005) and capsys.readouterr().err == ""
+    stale = trainer.engine_gap([{3: np.array([-1.0, -2.0])}, {3: np.array([-1.3, -2.1])}])
+    assert stale["engine_gap/mean_engine1"] == pytest.approx(0.2) and stale["engine_gap/mean_engine0"] == 0
+    warning = capsys.readouterr().err
+    assert "engine-policy gap 0.2000" in warning and "openrlhf.engine_gap_warning=0.05" in warning

@@ -23,6 +23,8 @@ CLI_MODULE = "openrlhf.cli.train_ppo_ray"
 ESTIMATOR_PLACEHOLDER = "group_norm"
 """OpenRLHF's argparse only knows its own estimators; the experience maker ignores this one and
 writes GRPO/GiGPO/HGPO advantages from the shared code (``advantage.estimator``)."""
+ADAM_BETAS = (0.9, 0.999)
+"""The local trainer's ``torch.optim.AdamW`` defaults; OpenRLHF would use (0.9, 0.95)."""
 REWARD_SOURCE = "hgpo-env"
 """A ``--reward.remote_url`` that no request ever goes to: without one, OpenRLHF's launcher places a
 reward-model actor group on GPUs. Rewards come from the envs, already set on every sample."""
@@ -85,6 +87,8 @@ def openrlhf_argv(
         str(update.lr),
         "--actor.adam.weight_decay",
         str(update.weight_decay),
+        "--actor.adam.betas",  # torch's AdamW defaults, as the local trainer (OpenRLHF's own: 0.9, 0.95)
+        *map(str, ADAM_BETAS),
         "--actor.lr_scheduler",
         "constant",
         "--actor.eps_clip",

@@ -151,7 +151,9 @@ def version_problem() -> str | None:
     for name, expected in STACK_VERSIONS.items():
         found = distribution_version(name)
         if found is not None and not found.startswith(expected):
-            wrong.append(f"{name} {found} (needs {expected.rstrip('.')}{'.x' if expected.endswith('.') else ''})")
+            wrong.append(
+                f"{name} {found} (needs {expected.rstrip('.')}{'.x' if expected.endswith('.') else ''})"
+            )
     if not wrong:
         return None
     return (
@@ -331,6 +333,7 @@ def train(
         start_cpu_mode(config)
     import ray
 
+    from hgpo_train.openrlhf import watchdog
     from hgpo_train.openrlhf.arguments import launch
     from hgpo_train.openrlhf.trainer import HGPOTrainer, trainer_actor
     from hgpo_train.policy import base_model_path
@@ -338,6 +341,7 @@ def train(
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(config.to_yaml())  # as given: a re-run compares with it
     config.model.name_or_path = base_model_path(config, run_dir)  # builds the tiny model for 'tiny'
+    watchdog.start(os.getpid())  # stops what this run starts if the driver is killed
     ray.init(address=cluster.ray_address, **ray_init_kwargs(config, cluster))
     check_resources(config, cluster, ray.cluster_resources())
     argv = openrlhf_argv(config, cluster, **paths)

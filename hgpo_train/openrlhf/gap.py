@@ -30,7 +30,9 @@ def probe_rows(batch: StepBatch, count: int = PROBES) -> list[int]:
     return sorted({int(i) for i in np.linspace(0, len(batch) - 1, min(count, len(batch)))})
 
 
-def score_on_engines(engines: Sequence[Any], batch: StepBatch, rows: Sequence[int]) -> list[dict[int, np.ndarray]]:
+def score_on_engines(
+    engines: Sequence[Any], batch: StepBatch, rows: Sequence[int]
+) -> list[dict[int, np.ndarray]]:
     """Per engine, each probe row's response-token log-probs as that engine computes them."""
     import vllm
 
@@ -42,12 +44,16 @@ def score_on_engines(engines: Sequence[Any], batch: StepBatch, rows: Sequence[in
         scored = {}
         for row, output in zip(rows, ray.get(engine_refs)):
             ids, start = sequences[row], len(batch.prompt_ids[row])
-            scored[row] = np.array([output.prompt_logprobs[t][ids[t]].logprob for t in range(start, len(ids))])
+            scored[row] = np.array(
+                [output.prompt_logprobs[t][ids[t]].logprob for t in range(start, len(ids))]
+            )
         scores.append(scored)
     return scores
 
 
-def gap_metrics(engine_scores: Sequence[dict[int, np.ndarray]], policy: dict[int, np.ndarray]) -> dict[str, float]:
+def gap_metrics(
+    engine_scores: Sequence[dict[int, np.ndarray]], policy: dict[int, np.ndarray]
+) -> dict[str, float]:
     """Mean and max |log p_engine − log p_policy| per token, per engine and over all of them."""
     out: dict[str, float] = {}
     every = []

@@ -3,7 +3,8 @@ DeepSpeed ZeRO-2 policy and reference actors, Ray env actors and the weight sync
 
 One verifying run (``hgpo_train.openrlhf.checks``, the controller the GPU check uses) plays Rooms
 once and trains five updates on that batch with fixed +/-1 advantages; the sync after update 3
-is skipped on purpose, so the engine comparison before iteration 3 is the negative control.
+is skipped on purpose, so the engine-policy gap the run logs before update 4 is the negative
+control.
 Only OpenRLHF's CUDA assumptions are replaced (``hgpo_train.openrlhf.cpu``); nothing is stubbed.
 """
 
@@ -89,7 +90,8 @@ def test_one_sample_per_step_with_the_shared_advantages(run: Path) -> None:
 
 
 def test_engine_log_probs_equal_the_policy_after_every_sync(run: Path) -> None:
-    mismatch = logprob_mismatch(records(run))
+    """The engine-policy gap the run logs (metrics.jsonl, every iteration)."""
+    mismatch = logprob_mismatch(run)
     assert len(mismatch) == ITERATIONS
     synced = [m for j, m in enumerate(mismatch) if j != SKIPPED]
     assert max(synced) < LOGPROB_TOLERANCE, mismatch
@@ -97,10 +99,12 @@ def test_engine_log_probs_equal_the_policy_after_every_sync(run: Path) -> None:
 
 def test_a_skipped_sync_fails_the_same_comparison(run: Path) -> None:
     """Negative control: the engine keeps update 2's weights while the policy has update 3's."""
-    mismatch = logprob_mismatch(records(run))
+    mismatch = logprob_mismatch(run)
     synced = [m for j, m in enumerate(mismatch) if j != SKIPPED]
     assert mismatch[SKIPPED] > max(LOGPROB_TOLERANCE, 5 * max(synced)), mismatch
     assert mismatch[SKIPPED + 1] < LOGPROB_TOLERANCE, "the next sync brings the engine back"
+    _, cluster = load_run(CPU_CONFIG)
+    assert mismatch[SKIPPED] > cluster.engine_gap_warning, "the run warns of it"
 
 
 def test_updates_train_the_policy_away_from_the_reference(run: Path) -> None:

@@ -68,16 +68,18 @@ def one_rank_group(tmp_path_factory: pytest.TempPathFactory) -> None:
     torch.distributed.destroy_process_group()
 
 
+def padded(rows: list[torch.Tensor], width: int) -> torch.Tensor:
+    return torch.stack([torch.nn.functional.pad(r, (0, width - len(r))) for r in rows])
+
+
 def local_loss(model: torch.nn.Module, batch: StepBatch, old, ref, adv, update: UpdateConfig, pad_id, end_id):
     vocab = model.get_output_embeddings().weight.shape[0]
     micro = make_micro_batch(batch, np.arange(SAMPLES), pad_id, end_id, vocab, torch.device("cpu"))
     logp, entropy = forward_logprobs(model, micro, temperature=1.0)
-    width = logp.shape[1]
-    pad = lambda rows: torch.stack([torch.nn.functional.pad(r, (0, width - len(r))) for r in rows])  # noqa: E731
     terms = ppo_loss(
         logp,
-        pad(old),
-        pad(ref),
+        padded(old, logp.shape[1]),
+        padded(ref, logp.shape[1]),
         torch.as_tensor(adv, dtype=torch.float32)[:, None],
         entropy,
         micro.mask,
@@ -122,7 +124,9 @@ def openrlhf_loss(model: torch.nn.Module, batch: StepBatch, old, ref, adv, args,
         get_grad_norm=lambda *_: 0.0,
     )
     scheduler = SimpleNamespace(get_last_lr=lambda: [args.actor.adam.lr])
-    trainer = ActorPPOTrainer(strategy, Actor(model, temperature=args.rollout.temperature), None, None, scheduler)
+    trainer = ActorPPOTrainer(
+        strategy, Actor(model, temperature=args.rollout.temperature), None, None, scheduler
+    )
     trainer.training_step(experience, kl_ctl=args.algo.kl.init_coef, step=0)
     return seen["loss"]
 
