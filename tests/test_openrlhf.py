@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -243,12 +244,25 @@ def test_paper_config_resolves_through_openrlhf_own_parser(capsys: pytest.Captur
     assert resolved["critic"]["model_name_or_path"] is None  # no critic: the advantages are group-relative
     assert resolved["reward"]["remote_url"] == ["hgpo-env"]  # no reward-model actors placed
     assert (
-        resolved["ckpt"]["path"] == "runs/x/checkpoints/openrlhf" and resolved["ckpt"]["load_enable"] is True
+        resolved["ckpt"]["path"] == str(Path("runs/x/checkpoints/openrlhf").resolve())  # for every node
+        and resolved["ckpt"]["load_enable"] is True
     )
     assert out["required_gpus"] == 2
     assert out["openrlhf_command"].startswith(
         "python -m openrlhf.cli.train_ppo_ray --actor.model_name_or_path"
     )
+
+
+def test_ray_address_from_the_environment_joins_that_cluster(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hgpo_train.openrlhf.cli import main
+
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")  # as ray job submit sets it; nothing connects
+    assert main(["--config", PAPER_CONFIGS[0], "--print-config"]) == 0
+    assert "ray_address: 10.0.0.1:6379" in capsys.readouterr().out
+    assert main(["--config", PAPER_CONFIGS[0], "--print-config", "--ray-address", "auto"]) == 0
+    assert "ray_address: auto" in capsys.readouterr().out  # the flag wins
 
 
 def test_seven_b_config_and_overrides() -> None:

@@ -210,6 +210,7 @@ def recording_trainer(config: Any, resume_from: int) -> RecordingTrainer:
     trainer.evaluator = SimpleNamespace(close=lambda: None)
     trainer.experience_maker = make_maker(config.advantage.estimator, micro=2)
     trainer.measure_gap = False  # the fake engine cannot score prompts; tests/openrlhf_cpu measures it
+    trainer.constraints = None
     return trainer
 
 
@@ -246,13 +247,16 @@ def test_trainer_actor_is_bound_to_the_run_and_pinned_to_this_node(cluster: None
 def test_engine_gap_above_the_threshold_warns(capsys: pytest.CaptureFixture[str]) -> None:
     import numpy as np
 
+    from hgpo_train.openrlhf.gap import gap_metrics
+
     trainer = object.__new__(HGPOTrainer)
     trainer.cluster = OpenRLHFConfig(engine_gap_warning=0.05)
-    trainer.experience_maker = SimpleNamespace(policy_logprobs={3: np.array([-1.0, -2.0])})
-    assert trainer.engine_gap([]) == {}  # not measured (another temperature)
-    synced = trainer.engine_gap([{3: np.array([-1.0, -2.01])}])
+    policy = {3: np.array([-1.0, -2.0])}
+    synced = trainer.gap_warning(gap_metrics([{3: np.array([-1.0, -2.01])}], policy))
     assert synced["engine_gap/mean"] == pytest.approx(0.005) and capsys.readouterr().err == ""
-    stale = trainer.engine_gap([{3: np.array([-1.0, -2.0])}, {3: np.array([-1.3, -2.1])}])
+    stale = trainer.gap_warning(
+        gap_metrics([{3: np.array([-1.0, -2.0])}, {3: np.array([-1.3, -2.1])}], policy)
+    )
     assert stale["engine_gap/mean_engine1"] == pytest.approx(0.2) and stale["engine_gap/mean_engine0"] == 0
     warning = capsys.readouterr().err
     assert "engine-policy gap 0.2000" in warning and "openrlhf.engine_gap_warning=0.05" in warning

@@ -202,18 +202,23 @@ def ray_init_kwargs(config: Config, cluster: OpenRLHFConfig) -> dict[str, Any]:
     """``ray.init`` arguments: the runtime env of every actor, and a CPU run's logical GPUs."""
     import hgpo_env
     import hgpo_train
+    from hgpo_train.openrlhf import constraints, worker_setup
 
     env_vars = dict(RAY_ENV_VARS)
     runtime_env: dict[str, Any] = {}
     kwargs: dict[str, Any] = {}
+    if config.generation.constrained:
+        env_vars[constraints.ENV_VAR] = "1"
     if cluster.device == "cpu":
         from hgpo_train.openrlhf import cpu
 
         env_vars.update(cpu.ENV_VARS)
-        runtime_env["worker_process_setup_hook"] = cpu.SETUP_HOOK
+        env_vars[worker_setup.DEVICE_VAR] = "cpu"
         if not cluster.ray_address:
             cpus = max(os.cpu_count() or 1, required_cpus(config, cluster))
             kwargs = cpu.logical_gpu_cluster(required_gpus(config, cluster), cpus)
+    if cluster.device == "cpu" or config.generation.constrained:
+        runtime_env["worker_process_setup_hook"] = worker_setup.HOOK
     runtime_env["env_vars"] = {k: os.environ.get(k, v) for k, v in env_vars.items()}
     if cluster.ray_address:  # other nodes import the envs and the trainer from the driver's copy
         runtime_env["py_modules"] = [hgpo_env, hgpo_train]
@@ -236,7 +241,8 @@ def start_cpu_mode(config: Config) -> None:
 
 
 def run_paths(config: Config) -> dict[str, str]:
-    run_dir = Path(config.train.output_dir)
+    """DeepSpeed's checkpoint and final-model folders, absolute: actors on other nodes start elsewhere."""
+    run_dir = Path(config.train.output_dir).resolve()
     return {
         "checkpoint_dir": str(run_dir / "checkpoints" / "openrlhf"),
         "final_dir": str(run_dir / "final_model"),
@@ -245,9 +251,10 @@ def run_paths(config: Config) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    overrides = list(args.overrides) + (
-        [f"{SECTION}.ray_address={args.ray_address}"] if args.ray_address else []
-    )
+    ray_address = args.ray_address or os.environ.get(
+        "RAY_ADDRESS"
+    )  # Ray's own convention, as ray job submit sets
+    overrides = list(args.overrides) + ([f"{SECTION}.ray_address={ray_address}"] if ray_address else [])
     try:
         config, cluster = load_run(args.config, overrides, env=args.env, model=args.model)
     except ConfigError as error:
@@ -335,12 +342,17 @@ def train(
 
     from hgpo_train.openrlhf import watchdog
     from hgpo_train.openrlhf.arguments import launch
+    from hgpo_train.openrlhf.engines import install_engine_actor
     from hgpo_train.openrlhf.trainer import HGPOTrainer, trainer_actor
     from hgpo_train.policy import base_model_path
 
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(config.to_yaml())  # as given: a re-run compares with it
-    config.model.name_or_path = base_model_path(config, run_dir)  # builds the tiny model for 'tiny'
+    run_dir = run_dir.resolve()  # every path the actors get is absolute: they start in other folders
+    config.train.output_dir = str(run_dir)
+    model = base_model_path(config, run_dir)  # builds the tiny model for 'tiny'
+    config.model.name_or_path = str(Path(model).resolve()) if Path(model).is_dir() else model
+    install_engine_actor()  # CPU mode installed its own, with the weight receiver
     watchdog.start(os.getpid())  # stops what this run starts if the driver is killed
     ray.init(address=cluster.ray_address, **ray_init_kwargs(config, cluster))
     check_resources(config, cluster, ray.cluster_resources())

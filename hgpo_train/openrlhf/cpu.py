@@ -12,17 +12,15 @@ What a CPU run vouches for, and what it cannot: docs/training/openrlhf.md, "On C
 from __future__ import annotations
 
 import datetime
-import importlib.abc
 import importlib.machinery
-import importlib.util
 import sys
 import types
 from typing import Any
 
 import torch
 
-SETUP_HOOK = "hgpo_train.openrlhf.cpu.install"
-"""Ray's ``worker_process_setup_hook``: every actor process of a CPU run calls it before any task."""
+from hgpo_train.openrlhf.patching import patch_modules
+
 ENV_VARS = {
     "DS_ACCELERATOR": "cpu",  # DeepSpeed's CPU accelerator (gloo when oneCCL is absent)
     "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache per engine, plenty for a tiny model
@@ -237,31 +235,7 @@ MODULE_PATCHES = {
     "openrlhf.trainer.ppo_utils.replay_buffer": patch_replay_buffer,
     "openrlhf.trainer.ray.ppo_actor": patch_policy_actor,
 }
-"""OpenRLHF modules patched when a process imports them, so a vLLM engine or env actor never
-imports DeepSpeed because of this module (OpenRLHF keeps the two apart on purpose)."""
-
-
-class PatchOnImport(importlib.abc.MetaPathFinder):
-    """Runs ``MODULE_PATCHES[name]`` on a module right after its first import in this process."""
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name not in MODULE_PATCHES:
-            return None
-        sys.meta_path.remove(self)
-        try:
-            spec = importlib.util.find_spec(name)
-        finally:
-            sys.meta_path.insert(0, self)
-        if spec is None or spec.loader is None:
-            return spec
-        execute = spec.loader.exec_module
-
-        def exec_module(module: types.ModuleType) -> None:
-            execute(module)
-            MODULE_PATCHES[name](module)
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
+"""OpenRLHF modules patched when a process imports them (:mod:`~hgpo_train.openrlhf.patching`)."""
 
 
 def install() -> None:
@@ -273,34 +247,15 @@ def install() -> None:
     for name, function in CUDA_CALLS.items():
         setattr(torch.cuda, name, function)
     torch.cuda._hgpo_cpu_mode = True  # type: ignore[attr-defined]
-    for name, patch in MODULE_PATCHES.items():
-        if name in sys.modules:
-            patch(sys.modules[name])
-    sys.meta_path.insert(0, PatchOnImport())
-
-
-def cpu_engine_actor() -> Any:
-    """``RolloutRayActor`` with :class:`CPUWeightReceiver` as its vLLM worker extension (vllm_engine.py:267)."""
-    from openrlhf.trainer.ray import vllm_engine
-
-    base = vllm_engine.RolloutRayActor.__ray_actor_class__
-
-    class CPURolloutActor(base):  # type: ignore[misc, valid-type]
-        async def __init__(self, *args: Any, **kwargs: Any) -> None:
-            kwargs["worker_extension_cls"] = RECEIVER_CLASS
-            await super().__init__(*args, **kwargs)
-
-    return __import__("ray").remote(CPURolloutActor)
+    patch_modules(MODULE_PATCHES)
 
 
 def install_driver() -> None:
     """The driver's share: the stand-ins, and the engines it creates get the CPU weight receiver."""
-    install()
-    from openrlhf.trainer.ray import vllm_engine
+    from hgpo_train.openrlhf.engines import install_engine_actor
 
-    if not getattr(vllm_engine, "_hgpo_cpu_mode", False):
-        vllm_engine.RolloutRayActor = cpu_engine_actor()
-        vllm_engine._hgpo_cpu_mode = True
+    install()
+    install_engine_actor(RECEIVER_CLASS)
 
 
 def logical_gpu_cluster(gpus: int, cpus: int) -> dict[str, Any]:

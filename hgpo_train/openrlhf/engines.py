@@ -16,7 +16,13 @@ from typing import Any
 import ray
 
 from hgpo_train.config import GenerationConfig
-from hgpo_train.generation import Generation, PromptEncoder, structured_output, vllm_generation
+from hgpo_train.generation import (
+    CHOICES_PROCESSOR,
+    Generation,
+    PromptEncoder,
+    constrained_sampling,
+    vllm_generation,
+)
 
 
 class PromptTooLongError(ValueError):
@@ -34,7 +40,7 @@ class EngineGenerator:
     """Samples one response per prompt on the engines; ``sync_weights`` is the trainer's broadcast.
 
     ``admissible`` constrains responses with vLLM's structured outputs, exactly as the local
-    ``generation.backend=vllm`` does (:func:`~hgpo_train.generation.structured_output`).
+    ``generation.backend=vllm`` does (:func:`~hgpo_train.generation.constrained_sampling`).
     """
 
     def __init__(
@@ -79,7 +85,7 @@ class EngineGenerator:
                 top_p=self.config.top_p,
                 max_tokens=min(self.config.max_new_tokens, room),
                 stop_token_ids=self.end_ids,
-                **structured_output(admissible[i] if admissible else None, self.encoder.response_format),
+                **constrained_sampling(self.encoder, admissible[i] if admissible else None),
             )
             engine = self.engines[i * len(self.engines) // len(encoded)]
             refs.append(engine.generate.remote(ids, params))
@@ -90,3 +96,29 @@ class EngineGenerator:
             )
             for i, (ids, output) in enumerate(zip(encoded, outputs))
         ]
+
+
+def engine_actor(worker_extension_cls: str | None = None) -> Any:
+    """OpenRLHF's ``RolloutRayActor`` whose vLLM engine loads the choice-trie logits processor
+    (constrained decoding), and on CPU ``worker_extension_cls`` (the weight receiver)."""
+    from openrlhf.trainer.ray import vllm_engine
+
+    base = vllm_engine.RolloutRayActor.__ray_actor_class__
+
+    class HGPORolloutActor(base):  # type: ignore[misc, valid-type]
+        async def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["logits_processors"] = [*(kwargs.get("logits_processors") or []), CHOICES_PROCESSOR]
+            if worker_extension_cls:
+                kwargs["worker_extension_cls"] = worker_extension_cls
+            await super().__init__(*args, **kwargs)
+
+    return ray.remote(HGPORolloutActor)
+
+
+def install_engine_actor(worker_extension_cls: str | None = None) -> None:
+    """Make OpenRLHF's launcher create :func:`engine_actor` engines (in the driver, once)."""
+    from openrlhf.trainer.ray import vllm_engine
+
+    if not getattr(vllm_engine, "_hgpo_engine_actor", False):
+        vllm_engine.RolloutRayActor = engine_actor(worker_extension_cls)
+        vllm_engine._hgpo_engine_actor = True

@@ -8,7 +8,6 @@ policy and reference forward passes in ``make_experience``) is OpenRLHF's.
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from openrlhf.trainer.ppo_utils.experience import Experience
 from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
@@ -29,9 +28,6 @@ class StepAdvantageMaker(RemoteExperienceMaker):
         super().__init__(*args, **kwargs)
         self.advantage_config = advantage_config
         self.table: StepTable | None = None
-        self.probes: set[int] = set()
-        """StepBatch rows whose policy log-probs are kept for the engine–policy gap."""
-        self.policy_logprobs: dict[int, np.ndarray] = {}
 
     @torch.no_grad()
     def compute_advantages_and_returns(self, experiences: list[Experience]) -> list[Experience]:
@@ -46,13 +42,4 @@ class StepAdvantageMaker(RemoteExperienceMaker):
             experience.returns = experience.advantages.clone()
             experience.info["return"] = advantage
             experience.kl = None
-            self._keep_probe_logprobs(experience)
         return experiences
-
-    def _keep_probe_logprobs(self, experience: Experience) -> None:
-        """The policy's response-token log-probs of the probe rows among ``experience``'s samples."""
-        for k, i in enumerate(experience.index):
-            row = int(self.table.source[i])
-            if row in self.probes and not self.table.padding[i]:
-                mask = experience.action_mask[k]
-                self.policy_logprobs[row] = experience.action_log_probs[k][mask].float().numpy()

@@ -3,12 +3,12 @@
 After every weight sync the engines should hold the policy's weights. A sync that failed, was
 skipped or sent stale tensors shows as a gap between the log-probs the engines and the policy
 give the same tokens (what OpenRLHF and verl users watch as ``vllm_kl`` or rollout-training
-mismatch). Each iteration a few of its step samples (:data:`PROBES`) are scored on **every**
-engine with ``prompt_logprobs`` (a prefill, no sampling) and compared with the policy log-probs
-OpenRLHF's experience making computes for the same samples. Both are log-probs of the full
-vocabulary at temperature 1: the engine's prompt log-probs see neither the structured-output mask
-of constrained decoding nor the sampling temperature, so the gap is measured only where the
-policy's are comparable (``generation.temperature == 1``).
+mismatch). Each iteration, before the update, a few of its step samples (:data:`PROBES`) are
+scored on **every** engine with ``prompt_logprobs`` (a prefill, no sampling) and by the DeepSpeed
+policy (OpenRLHF's actor ``forward``). Both are log-probs of the full vocabulary at temperature
+1: the engine's prompt log-probs see neither the structured-output mask of constrained decoding
+nor the sampling temperature (the policy scores the probes with the constraints' store emptied),
+so the gap is measured where the two are comparable (``generation.temperature == 1``).
 """
 
 from __future__ import annotations
@@ -49,6 +49,28 @@ def score_on_engines(
             )
         scores.append(scored)
     return scores
+
+
+def policy_logprobs(actor_group: Any, batch: StepBatch, rows: Sequence[int]) -> dict[int, np.ndarray]:
+    """The DeepSpeed policy's log-probs of the probe rows' response tokens (OpenRLHF's actor ``forward``,
+    on every rank, as experience making calls it)."""
+    from openrlhf.trainer.ppo_utils.experience import Experience
+
+    from hgpo_train.openrlhf.samples import step_experience
+
+    probe = Experience.concat_experiences(
+        [step_experience(batch.prompt_ids[r], batch.response_ids[r], 0.0, truncated=False) for r in rows],
+        pad_token_id=0,
+    )
+    scored = ray.get(
+        actor_group.async_run_method(
+            method_name="forward",
+            sequences=probe.sequences,
+            action_mask=probe.action_mask,
+            attention_mask=probe.attention_mask,
+        )
+    )[0]
+    return {row: scored[k][probe.action_mask[k]].float().numpy() for k, row in enumerate(rows)}
 
 
 def gap_metrics(

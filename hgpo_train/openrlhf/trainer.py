@@ -36,9 +36,10 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from hgpo_train.batch import StepBatch
 from hgpo_train.config import Config
 from hgpo_train.eval import Evaluator
+from hgpo_train.openrlhf.constraints import constraint_table, start_store
 from hgpo_train.openrlhf.engines import EngineGenerator
 from hgpo_train.openrlhf.experience_maker import StepAdvantageMaker
-from hgpo_train.openrlhf.gap import gap_metrics, probe_rows, score_on_engines
+from hgpo_train.openrlhf.gap import gap_metrics, policy_logprobs, probe_rows, score_on_engines
 from hgpo_train.openrlhf.padding import pad_multiple
 from hgpo_train.openrlhf.samples import step_experiences
 from hgpo_train.openrlhf.settings import OpenRLHFConfig
@@ -152,6 +153,7 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         )
         self.num_tasks = count_tasks(config.env)
         self.evaluator = Evaluator(config, self.generator, tokenizer)
+        self.constraints = start_store() if config.generation.constrained else None
         self.measure_gap = config.generation.temperature == 1.0
         if not self.measure_gap:
             print(
@@ -195,20 +197,20 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
                 on_turn=progress,
             )
 
-    def score_probes(self, batch: StepBatch) -> list[dict[int, np.ndarray]]:
-        """Every engine's log-probs of this iteration's probe samples (the weights of the last sync)."""
+    def engine_gap(self, batch: StepBatch) -> dict[str, float]:
+        """The gap between every engine and the policy on this iteration's probe samples, before
+        the update (both hold the weights of the last sync); a line on stderr above the threshold."""
         rows = probe_rows(batch) if self.measure_gap else []
-        self.experience_maker.probes, self.experience_maker.policy_logprobs = set(rows), {}
         if not rows:
-            return []
-        with self._engines_awake():
-            return score_on_engines(self.vllm_engines, batch, rows)
-
-    def engine_gap(self, engine_scores: list[dict[int, np.ndarray]]) -> dict[str, float]:
-        """The gap metrics of this iteration; a line on stderr when it is above the threshold."""
-        if not engine_scores:
             return {}
-        gap = gap_metrics(engine_scores, self.experience_maker.policy_logprobs)
+        with self._engines_awake():
+            engine_scores = score_on_engines(self.vllm_engines, batch, rows)
+        return self.gap_warning(
+            gap_metrics(engine_scores, policy_logprobs(self.actor_model_group, batch, rows))
+        )
+
+    def gap_warning(self, gap: dict[str, float]) -> dict[str, float]:
+        """``gap``, after a line on stderr when it is above ``openrlhf.engine_gap_warning``."""
         limit = self.cluster.engine_gap_warning
         if gap["engine_gap/mean"] > limit:
             print(
@@ -230,7 +232,11 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         start = time.perf_counter()
         batch = self.collect(iteration)
         rollout_s = time.perf_counter() - start
-        engine_scores = self.score_probes(batch)
+        if self.constraints is not None:  # the gap's probes are scored over the whole vocabulary
+            ray.get(self.constraints.put.remote({}))
+        gap = self.engine_gap(batch)
+        if self.constraints is not None:
+            ray.get(self.constraints.put.remote(constraint_table(batch, self.generator.encoder.end_id)))
         samples, table = step_experiences(batch, self.multiple, self.generator.end_ids)
         self.experience_maker.table = table
         print(f"iteration {iteration + 1}: update on {len(batch)} steps", file=sys.stderr, flush=True)
@@ -241,7 +247,7 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
             **batch.metrics(),
             **advantage_metrics(table.row_advantages),
             **status_metrics(status),
-            **self.engine_gap(engine_scores),
+            **gap,
             "rollout/padding_samples": float(table.padding.sum()),
             "time/rollout_s": rollout_s,
             "time/env_s": timing["env_s"],
