@@ -307,3 +307,14 @@ def on_trie(choices: Choices, response: Sequence[int], end_id: int) -> bool:
     except ValueError:
         return False
     return True
+
+
+CHOICES_KEY, END_KEY = "hgpo_choices", "hgpo_end_id"
+"""Keys of a vLLM request's ``extra_args`` that the choice-trie processor reads (:mod:`hgpo_train.vllm_choices`)."""
+
+
+def choice_args(choices: Choices, end_id: int) -> dict[str, Any] | None:
+    """``extra_args`` that constrain a vLLM request to ``choices``; None when one has a slot."""
+    if any(isinstance(choice, SlotChoice) for choice in choices):
+        return None
+    return {CHOICES_KEY: [list(choice) for choice in choices], END_KEY: end_id}

@@ -28,6 +28,7 @@ from hgpo_train.constrained import (
     ChoiceTrie,
     SlotChoice,
     SlotVocabulary,
+    choice_args,
     choices_regex,
     format_choice,
     on_trie,
@@ -311,14 +312,14 @@ def constrained_sampling(encoder: PromptEncoder, commands: Sequence[str] | None)
     renormalises over), or, when a command has a free-text slot, vLLM's structured outputs (a regex)."""
     if commands is None:
         return {}
-    from hgpo_train.vllm_choices import choice_args
-
     args = choice_args(encoder.choices(commands), encoder.end_id)
     if args is not None:
         return {"extra_args": args}
-    texts = [format_choice(c, encoder.response_format) for c in commands]
+    regex = choices_regex([format_choice(c, encoder.response_format) for c in commands])
     params_module = importlib.import_module("vllm.sampling_params")
-    return {"structured_outputs": params_module.StructuredOutputsParams(regex=choices_regex(texts))}
+    if hasattr(params_module, "StructuredOutputsParams"):  # vLLM >= 0.11
+        return {"structured_outputs": params_module.StructuredOutputsParams(regex=regex)}
+    return {"guided_decoding": params_module.GuidedDecodingParams(regex=regex)}
 
 
 def vllm_generation(

@@ -5,7 +5,8 @@ may spell ``go north`` letter by letter. The update renormalises over the trie o
 command's own tokenisation (:mod:`hgpo_train.constrained`), so such a sample cannot be trained
 as constrained, and an untrained model produces mostly such samples. This processor makes vLLM
 sample exactly what the trie allows, as the Hugging Face path does: each request's commands
-travel as token ids in ``SamplingParams.extra_args`` (:func:`choice_args`) and its engine masks,
+travel as token ids in ``SamplingParams.extra_args`` (:func:`hgpo_train.constrained.choice_args`)
+and its engine masks,
 position by position, every token the trie does not allow. Engines load it with
 ``logits_processors=[hgpo_train.generation.CHOICES_PROCESSOR]``; requests without the key are left alone. Commands with a free-text
 slot (WebShop's ``search[<your query>]``) still go through structured outputs (a regex).
@@ -19,16 +20,7 @@ from typing import Any
 import torch
 from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
 
-from hgpo_train.constrained import Choices, ChoiceTrie, SlotChoice
-
-CHOICES_KEY, END_KEY = "hgpo_choices", "hgpo_end_id"
-
-
-def choice_args(choices: Choices, end_id: int) -> dict[str, Any] | None:
-    """``extra_args`` that constrain a request to ``choices``; None when one has a slot."""
-    if any(isinstance(choice, SlotChoice) for choice in choices):
-        return None
-    return {CHOICES_KEY: [list(choice) for choice in choices], END_KEY: end_id}
+from hgpo_train.constrained import CHOICES_KEY, END_KEY, ChoiceTrie
 
 
 class ChoiceTrieProcessor(AdapterLogitsProcessor):

