@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from test_train_loss import step_batch
 
-from hgpo_train.batch import Episodes, StepBatch
+from hgpo_train.batch import StepBatch
 from hgpo_train.constrained import allowed_tokens
 from hgpo_train.loss import token_logprobs
 from hgpo_train.openrlhf.constraints import constraint_table, masked_logits, sequence_key
@@ -17,23 +18,8 @@ CHOICES = ((3, 4), (3, 5, 6), (7,))
 
 
 def batch_of(prompts: list[list[int]], responses: list[list[int]], choices: list) -> StepBatch:
-    n = len(prompts)
-    zeros = np.zeros(n, dtype=np.int64)
-    return StepBatch(
-        group_id=zeros,
-        traj_id=np.arange(n),
-        step=zeros,
-        reward=np.zeros(n),
-        invalid=np.zeros(n, dtype=bool),
-        fingerprints=np.zeros((n, 1), dtype=np.uint64),
-        next_state=np.zeros(n, dtype=np.uint64),
-        outcome=np.array(["lost"] * n),
-        prompt_ids=[np.array(p, dtype=np.int32) for p in prompts],
-        response_ids=[np.array(r, dtype=np.int32) for r in responses],
-        choices=choices,
-        episodes=Episodes(
-            np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), [], [], *[np.zeros(0)] * 6
-        ),
+    return step_batch(
+        [np.array(p, np.int32) for p in prompts], [np.array(r, np.int32) for r in responses], choices
     )
 
 

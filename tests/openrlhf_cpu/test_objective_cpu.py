@@ -19,8 +19,9 @@ import numpy as np
 import pytest
 import torch
 from conftest import CPU_CONFIG
+from test_train_loss import step_batch
 
-from hgpo_train.batch import Episodes, StepBatch
+from hgpo_train.batch import StepBatch
 from hgpo_train.config import UpdateConfig
 from hgpo_train.loss import ppo_loss
 from hgpo_train.openrlhf import cpu
@@ -50,23 +51,7 @@ def fixed_batch(rng: np.random.Generator, vocab: int, end_id: int, constrained: 
             np.append(rng.integers(3, vocab, rng.integers(1, 6)), end_id).astype(np.int32)
             for _ in range(SAMPLES)
         ]
-    zeros = np.zeros(SAMPLES, dtype=np.int64)
-    return StepBatch(
-        group_id=zeros,
-        traj_id=np.arange(SAMPLES),
-        step=zeros,
-        reward=np.zeros(SAMPLES),
-        invalid=np.zeros(SAMPLES, dtype=bool),
-        fingerprints=np.zeros((SAMPLES, 1), dtype=np.uint64),
-        next_state=np.zeros(SAMPLES, dtype=np.uint64),
-        outcome=np.array(["lost"] * SAMPLES),
-        prompt_ids=prompts,
-        response_ids=responses,
-        choices=[commands if constrained else None] * SAMPLES,
-        episodes=Episodes(
-            np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), [], [], *[np.zeros(0)] * 6
-        ),
-    )
+    return step_batch(prompts, responses, [commands if constrained else None] * SAMPLES)
 
 
 @pytest.fixture(scope="module")

@@ -36,6 +36,7 @@ def readme_command() -> list[str]:
     text = (REPO / "README.md").read_text()
     found = re.search(r"`(\.venv-openrlhf/bin/python -m hgpo_train --backend openrlhf --config [^`]+)`", text)
     assert found, "the README no longer documents the CPU backend's command"
+    assert found.group(1).endswith(str(CPU_CONFIG.relative_to(REPO))), found.group(1)  # the first: validation
     words = shlex.split(found.group(1))
     return [sys.executable, *words[1:]]
 
