@@ -39,8 +39,9 @@ def vllm_sampling_params(**kwargs: Any) -> Any:
 class EngineGenerator:
     """Samples one response per prompt on the engines; ``sync_weights`` is the trainer's broadcast.
 
-    ``admissible`` constrains responses with vLLM's structured outputs, exactly as the local
-    ``generation.backend=vllm`` does (:func:`~hgpo_train.generation.constrained_sampling`).
+    ``admissible`` constrains responses to the commands' token trie inside the engines (their
+    logits processor, :func:`engine_actor`), exactly as the local ``generation.backend=vllm`` does
+    (:func:`~hgpo_train.generation.constrained_sampling`).
     """
 
     def __init__(

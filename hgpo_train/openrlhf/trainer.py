@@ -205,9 +205,16 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
             return {}
         with self._engines_awake():
             engine_scores = score_on_engines(self.vllm_engines, batch, rows)
+        if self.constraints is not None:  # the policy scores the probes over the whole vocabulary
+            ray.get(self.constraints.put.remote({}))
         return self.gap_warning(
             gap_metrics(engine_scores, policy_logprobs(self.actor_model_group, batch, rows))
         )
+
+    def publish_constraints(self, batch: StepBatch) -> None:
+        """This iteration's choices, for the DeepSpeed actors' constrained log-probs (constrained runs)."""
+        if self.constraints is not None:
+            ray.get(self.constraints.put.remote(constraint_table(batch, self.generator.encoder.end_id)))
 
     def gap_warning(self, gap: dict[str, float]) -> dict[str, float]:
         """``gap``, after a line on stderr when it is above ``openrlhf.engine_gap_warning``."""
@@ -232,11 +239,8 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         start = time.perf_counter()
         batch = self.collect(iteration)
         rollout_s = time.perf_counter() - start
-        if self.constraints is not None:  # the gap's probes are scored over the whole vocabulary
-            ray.get(self.constraints.put.remote({}))
         gap = self.engine_gap(batch)
-        if self.constraints is not None:
-            ray.get(self.constraints.put.remote(constraint_table(batch, self.generator.encoder.end_id)))
+        self.publish_constraints(batch)
         samples, table = step_experiences(batch, self.multiple, self.generator.end_ids)
         self.experience_maker.table = table
         print(f"iteration {iteration + 1}: update on {len(batch)} steps", file=sys.stderr, flush=True)
