@@ -10,8 +10,9 @@ with its own run folder: the OpenRLHF backend (Ray, a vLLM engine, DeepSpeed ZeR
 reference, gloo weight sync), and the local trainer with Hugging Face generation and with vLLM
 generation (which ignore the ``openrlhf:`` section). Per iteration it reports seconds in generation,
 the envs, experience making (OpenRLHF: policy and reference log-probs; local: advantages, the
-log-probs are part of its update), the update and the weight sync, the mean over iterations
-after the first (which warms up), and each run's start-up (wall time less its iterations).
+log-probs are part of its update), the update, the weight sync and the engine-policy gap's
+probes, the mean over iterations after the first (which warms up), and each run's start-up (wall
+time less its iterations).
 Ratios are against the local trainer with HF generation, measured in the same run.
 """
 
@@ -36,6 +37,7 @@ PARTS = {  # column: (OpenRLHF backend's metric, local trainer's metric)
     "experience": ("time/make_experience_s", "time/advantage_s"),
     "update": ("time/ppo_train_s", "time/update_s"),
     "sync": ("time/broadcast_s", "time/sync_s"),
+    "gap": ("time/engine_gap_s", "time/engine_gap_s"),  # the engine-policy gap's probes (backend only)
     "iteration": ("time/iteration_s", "time/iteration_s"),
 }
 RUNS = {  # name: extra command-line arguments

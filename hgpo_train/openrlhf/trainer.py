@@ -239,7 +239,9 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         start = time.perf_counter()
         batch = self.collect(iteration)
         rollout_s = time.perf_counter() - start
+        began = time.perf_counter()
         gap = self.engine_gap(batch)
+        gap_s = time.perf_counter() - began
         self.publish_constraints(batch)
         samples, table = step_experiences(batch, self.multiple, self.generator.end_ids)
         self.experience_maker.table = table
@@ -256,6 +258,7 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
             "time/rollout_s": rollout_s,
             "time/env_s": timing["env_s"],
             "time/generate_s": timing["generate_s"],
+            "time/engine_gap_s": gap_s,
             "throughput/steps_per_s": len(batch) / max(rollout_s, 1e-9),
             "throughput/tokens_per_s": tokens / max(rollout_s, 1e-9),
         }
