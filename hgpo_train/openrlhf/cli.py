@@ -251,9 +251,8 @@ def run_paths(config: Config) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    ray_address = args.ray_address or os.environ.get(
-        "RAY_ADDRESS"
-    )  # Ray's own convention, as ray job submit sets
+    # RAY_ADDRESS is Ray's own convention (ray job submit sets it): it joins that cluster as the flag does
+    ray_address = args.ray_address or os.environ.get("RAY_ADDRESS")
     overrides = list(args.overrides) + ([f"{SECTION}.ray_address={ray_address}"] if ray_address else [])
     try:
         config, cluster = load_run(args.config, overrides, env=args.env, model=args.model)
