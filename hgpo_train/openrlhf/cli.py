@@ -22,6 +22,7 @@ import json
 import math
 import os
 import shlex
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -342,7 +343,7 @@ def train(
     from hgpo_train.openrlhf import watchdog
     from hgpo_train.openrlhf.arguments import launch
     from hgpo_train.openrlhf.engines import install_engine_actor
-    from hgpo_train.openrlhf.trainer import HGPOTrainer, trainer_actor
+    from hgpo_train.openrlhf.trainer import STOP_FILE, HGPOTrainer, StopRequested, trainer_actor
     from hgpo_train.policy import base_model_path
 
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -359,6 +360,26 @@ def train(
     (run_dir / "openrlhf.yaml").write_text(
         yaml.safe_dump({SECTION: vars(cluster), "openrlhf_argv": argv}, sort_keys=False)
     )
-    launch(argv, trainer_actor(config, cluster, trainer_class or HGPOTrainer))
+    stop_file = run_dir / STOP_FILE
+    stop_file.unlink(missing_ok=True)
+    previous = signal.signal(signal.SIGTERM, lambda *_: request_stop(stop_file))
+    try:
+        launch(argv, trainer_actor(config, cluster, trainer_class or HGPOTrainer))
+    except StopRequested as stopped:  # Ray raises the trainer's exception as one of this type
+        print(
+            f"stopped on SIGTERM after iteration {stopped.iteration}, checkpointed "
+            f"(global_step{stopped.iteration}); re-run the same command to resume",
+            file=sys.stderr,
+        )
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        stop_file.unlink(missing_ok=True)
     print(f"run folder: {run_dir}")
     return 0
+
+
+def request_stop(stop_file: Path) -> None:
+    """SIGTERM (a scheduler's preemption): finish the iteration in progress, checkpoint it, stop."""
+    stop_file.touch()
+    print("SIGTERM: stopping after the iteration in progress, with a checkpoint", file=sys.stderr, flush=True)

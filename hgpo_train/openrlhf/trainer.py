@@ -67,6 +67,19 @@ def status_metrics(status: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+STOP_FILE = "stop_requested"
+"""Written into the run folder when the driver gets SIGTERM: the trainer checkpoints the iteration
+in progress and stops (the trainer actor runs on the driver's node)."""
+
+
+class StopRequested(Exception):
+    """The run stopped on request after checkpointing ``iteration``; re-running resumes from there."""
+
+    def __init__(self, iteration: int) -> None:
+        super().__init__(f"stopped after iteration {iteration}")
+        self.iteration = iteration
+
+
 def summary_line(done: int, iterations: int, metrics: dict[str, float]) -> str:
     """One line per iteration: what a user watches (success, invalid actions, loss, the engine gap)."""
     parts = [
@@ -299,8 +312,11 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
                 metrics["time/iteration_s"] = time.perf_counter() - began
                 logger.log(done, metrics)
                 print(summary_line(done, cfg.iterations, metrics), file=sys.stderr, flush=True)
-                if done == cfg.iterations or (cfg.save_every and done % cfg.save_every == 0):
+                stop = (self.run_dir / STOP_FILE).exists()
+                if stop or done == cfg.iterations or (cfg.save_every and done % cfg.save_every == 0):
                     self.save(done)
+                if stop and done < cfg.iterations:
+                    raise StopRequested(done)
         finally:
             logger.close()
             self.pool.close()

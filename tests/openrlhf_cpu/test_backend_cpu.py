@@ -53,6 +53,7 @@ def run(warm_model: str, ray_tmp: str, tmp_path_factory: pytest.TempPathFactory)
             "train.save_every=2",
             "update.lr=1e-3",
             "logging.tensorboard=false",
+            "generation.constrained=false",  # the warm model's free responses: valid and invalid steps
         ],
     )
     try:
