@@ -9,6 +9,7 @@ Skipped where openrlhf itself is not installed (see docs/training/openrlhf.md).
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
@@ -306,17 +307,55 @@ def test_constrained_decoding_is_accepted() -> None:
     assert config.generation.constrained
 
 
-def test_resource_check_fails_instead_of_hanging() -> None:
-    from hgpo_train.openrlhf.cli import check_resources, required_gpus
+def test_required_resources_follow_the_launchers_placement() -> None:
+    from hgpo_train.openrlhf.cli import required_cpus, required_gpus
 
     config, cluster = load_run(PAPER_CONFIGS[0])
     assert required_gpus(config, cluster) == 2
     assert required_gpus(config, replace(cluster, colocate_all=False)) == 4  # engines on GPUs of their own
-    check_resources(config, cluster, {"GPU": 2, "CPU": 19})
-    with pytest.raises(ConfigError, match="needs 2 GPUs but the Ray cluster has 1"):
-        check_resources(config, cluster, {"GPU": 1, "CPU": 64})
-    with pytest.raises(ConfigError, match="needs 19 CPUs"):
-        check_resources(config, cluster, {"GPU": 8, "CPU": 8})
+    assert required_cpus(config, cluster) == 2 + 1 + config.env.num_workers  # bundles, controller, envs
+
+
+def test_placement_is_checked_per_node_not_summed() -> None:
+    """The hang of two 1-CPU nodes: the cluster's sums suffice, the controller's node has no room."""
+    from hgpo_train.openrlhf.placement import demands, unplaced
+
+    config, cluster = load_run(
+        "configs/openrlhf_rooms_cpu.yaml", ["openrlhf.num_nodes=2", "openrlhf.vllm_num_engines=2"]
+    )
+    cluster = replace(cluster, env_actor_cpus=0.0)
+    wanted = demands(config, cluster, driver_node="head")
+    two_small = {"head": {"CPU": 1.0, "GPU": 1.0}, "other": {"CPU": 1.0, "GPU": 1.0}}
+    missing, left = unplaced(wanted, two_small)  # the controller takes the head's CPU: no room for rank 1
+    assert missing is not None and missing.what == "policy/reference rank 1"
+    assert left == {"head": {"CPU": 0.0, "GPU": 1.0}, "other": {"CPU": 0.0, "GPU": 0.0}}
+    missing, _ = unplaced(wanted, {"head": {"CPU": 2.0, "GPU": 1.0}, "other": {"CPU": 1.0, "GPU": 1.0}})
+    assert missing is None  # the controller first on its node, a rank on each
+    missing, _ = unplaced(wanted, {"head": {"CPU": 3.0, "GPU": 0.0}, "other": {"CPU": 3.0, "GPU": 2.0}})
+    assert missing is None
+    missing, _ = unplaced(wanted, {"head": {"CPU": 1.0, "GPU": 2.0}, "other": {"CPU": 4.0, "GPU": 0.0}})
+    assert missing is not None and missing.what == "policy/reference rank 0"  # a CPU and its GPU on one node
+
+
+def test_placement_waits_a_bounded_time_then_names_what_is_missing() -> None:
+    from hgpo_train.openrlhf.placement import Demand, wait_until_placeable
+
+    wanted = [
+        Demand("policy/reference rank 0", 1.0, 1.0),
+        Demand("the controller (HGPOTrainer)", 1.0, node="a"),
+    ]
+    views = iter(
+        [{"a": {"CPU": 1.0, "GPU": 1.0}}, {"a": {"CPU": 1.0, "GPU": 1.0}, "b": {"CPU": 1.0, "GPU": 1.0}}]
+    )
+    wait_until_placeable(wanted, lambda: next(views), {}, timeout_s=10, poll_s=0)  # a node joins
+    with pytest.raises(ConfigError) as error:
+        wait_until_placeable(wanted, lambda: {"a": {"CPU": 1.5, "GPU": 1.0}}, {"a": "node 10.0.0.1:1"}, 0)
+    message = str(error.value)
+    assert "\n" not in message
+    assert message.startswith(
+        "the Ray cluster cannot place policy/reference rank 0 (1 CPU + 1 GPU on one node)"
+    )
+    assert "node 10.0.0.1:1: 0.5 CPU, 1 GPU" in message and "waited 0 s" in message
 
 
 def test_help_lists_the_cluster_keys(capsys: pytest.CaptureFixture[str]) -> None:
@@ -496,3 +535,29 @@ def test_a_python_without_the_stack_names_the_setup_script() -> None:
     )
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "bash scripts/setup_openrlhf_cpu.sh" in proc.stderr
+
+
+def test_sigterm_without_a_safe_point_in_the_grace_period_exits_naming_the_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The grace period's end (the process exit is recorded instead of taken; the safe-point path
+    runs on the CPU stack in tests/openrlhf_cpu/test_resume_cpu.py)."""
+    import threading
+
+    from hgpo_train.openrlhf import cli
+
+    exited = threading.Event()
+    codes: list[int] = []
+    monkeypatch.setattr(cli.os, "_exit", lambda code: (codes.append(code), exited.set()))
+    actor_dir = tmp_path / "checkpoints" / "openrlhf" / "_actor"
+    actor_dir.mkdir(parents=True)
+    (actor_dir / "latest").write_text("global_step3")
+    stop_file = tmp_path / "stop_requested"
+    cli.request_stop(stop_file, 0.05, actor_dir)
+    cli.request_stop(stop_file, 0.05, actor_dir)  # a second SIGTERM keeps the first deadline
+    assert stop_file.is_file() and exited.wait(5)
+    time.sleep(0.2)
+    assert codes == [143]
+    said = capsys.readouterr().err
+    assert "no safe point within openrlhf.stop_grace_s=0.05 s: stopping now; " in said
+    assert said.rstrip().endswith("re-running the same command resumes from global_step3")

@@ -6,17 +6,13 @@ with its own temp dir, bound to 127.0.0.1) and kills only the processes it start
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
 ray = pytest.importorskip("ray")
@@ -26,54 +22,12 @@ REPO_DIR = str(Path(__file__).resolve().parents[1])
 if TESTS_DIR not in sys.path:
     sys.path.insert(0, TESTS_DIR)
 
+from ray_cluster import RayNode, wait_for_head
 from serve_helpers import free_port
 
 from hgpo_env.vector import GroupedEnvPool, PoolError
 
 PROBE = "pool_test_envs:Probe-v0"
-
-
-class RayNode:
-    """One ``ray start --block`` process (and its children), in a session of its own."""
-
-    def __init__(
-        self, tmp: Path, name: str, num_cpus: int, *, head_port: int | None = None, join: str = ""
-    ) -> None:
-        temp_dir = tmp / name
-        temp_dir.mkdir()
-        command = [sys.executable, "-m", "ray.scripts.scripts", "start", "--block", "--disable-usage-stats"]
-        command += ["--node-ip-address=127.0.0.1", f"--num-cpus={num_cpus}", f"--temp-dir={temp_dir}"]
-        if head_port is not None:
-            command += ["--head", f"--port={head_port}", "--include-dashboard=false"]
-        else:
-            command += [f"--address={join}"]
-        env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-        self.log = tmp / f"{name}.log"
-        with self.log.open("w") as log:
-            self.process = subprocess.Popen(
-                command, start_new_session=True, env=env, stdout=log, stderr=subprocess.STDOUT
-            )
-
-    def pids(self) -> set[int]:
-        try:
-            return {self.process.pid} | {
-                p.pid for p in psutil.Process(self.process.pid).children(recursive=True)
-            }
-        except psutil.NoSuchProcess:
-            return set()
-
-    def kill(self) -> None:
-        """SIGKILL this node's processes (and only them), at once."""
-        for pid in self.pids():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)  # the session this test made for the node
-        except ProcessLookupError:
-            pass
-        self.process.wait(30)
 
 
 def wait_for_new_node(known: set[str], timeout: float = 60.0) -> str:
@@ -95,17 +49,7 @@ def cluster() -> Iterator[tuple[list[RayNode], str, Path]]:
     address = f"127.0.0.1:{port}"
     nodes = [RayNode(tmp, "head", 3, head_port=port)]
     try:
-        deadline = time.monotonic() + 60
-        while True:  # the head answers once its GCS is up
-            probe = subprocess.run(
-                [sys.executable, "-m", "ray.scripts.scripts", "status", f"--address={address}"],
-                capture_output=True,
-                check=False,
-            )
-            if probe.returncode == 0:
-                break
-            assert time.monotonic() < deadline, "the Ray head did not start"
-            time.sleep(1)
+        wait_for_head(address)
         nodes.append(RayNode(tmp, "second", 2, join=address))
         job = ray.job_config.JobConfig(code_search_path=[TESTS_DIR, REPO_DIR])
         ray.init(address=address, job_config=job)

@@ -24,6 +24,7 @@ import os
 import shlex
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +33,18 @@ import yaml
 from hgpo_env.registration import MissingExtraError
 from hgpo_train.config import Config, ConfigError, add_resume_flags, check_resumed_config, describe_options
 from hgpo_train.openrlhf.arguments import namespace_dict, openrlhf_argv
+from hgpo_train.openrlhf.placement import demands
+from hgpo_train.openrlhf.resume import latest_tag, resume_args
 from hgpo_train.openrlhf.settings import SECTION, OpenRLHFConfig, load_run
 
-RUN_FOLDER_ITEMS = ("checkpoints", "final_model", "config.yaml", "openrlhf.yaml", "tiny_model")
+RUN_FOLDER_ITEMS = (
+    "checkpoints",
+    "final_model",
+    "config.yaml",
+    "openrlhf.yaml",
+    "run_info.jsonl",
+    "tiny_model",
+)
 """What this backend writes into a run folder: all that --overwrite removes."""
 RAY_ENV_VARS = {
     "TOKENIZERS_PARALLELISM": "true",
@@ -94,26 +104,12 @@ def cluster_options() -> str:
 
 def required_gpus(config: Config, cluster: OpenRLHFConfig) -> int:
     """GPUs the launcher will place: the policy's (shared with the reference), plus the engines' unless colocated."""
-    engines = cluster.vllm_num_engines * cluster.vllm_tensor_parallel_size
-    return cluster.dp_size if cluster.colocate_all else cluster.dp_size + engines
+    return round(sum(d.gpus for d in demands(config, cluster)))
 
 
 def required_cpus(config: Config, cluster: OpenRLHFConfig) -> int:
     """CPUs the run reserves: one per GPU bundle, the controller, the env actors."""
-    return math.ceil(required_gpus(config, cluster) + 1 + config.env.num_workers * cluster.env_actor_cpus)
-
-
-def check_resources(config: Config, cluster: OpenRLHFConfig, resources: dict[str, float]) -> None:
-    """Fail now, not hang: Ray waits forever for a placement group or actor the cluster cannot fit."""
-    gpus, cpus = required_gpus(config, cluster), required_cpus(config, cluster)
-    for name, need in (("GPU", gpus), ("CPU", cpus)):
-        have = resources.get(name, 0)
-        if have < need:
-            raise ConfigError(
-                f"the run needs {need:g} {name}s but the Ray cluster has {have:g}; check "
-                f"{SECTION}.num_nodes/gpus_per_node/vllm_*, env.num_workers and "
-                f"{SECTION}.env_actor_cpus, or add nodes with ray start"
-            )
+    return math.ceil(sum(d.cpus for d in demands(config, cluster)))
 
 
 STACK_VERSIONS = {"openrlhf": "0.11.2", "deepspeed": "0.19.", "vllm": "0.29."}
@@ -222,7 +218,8 @@ def ray_init_kwargs(config: Config, cluster: OpenRLHFConfig) -> dict[str, Any]:
         runtime_env["worker_process_setup_hook"] = worker_setup.HOOK
     runtime_env["env_vars"] = {k: os.environ.get(k, v) for k, v in env_vars.items()}
     if cluster.ray_address:  # other nodes import the envs and the trainer from the driver's copy
-        runtime_env["py_modules"] = [hgpo_env, hgpo_train]
+        # as folders, not module objects: inside a Ray job, ray.init deep-copies it to merge with the job's
+        runtime_env["py_modules"] = [str(Path(m.__file__).parent) for m in (hgpo_env, hgpo_train)]
     return {"runtime_env": runtime_env, **kwargs}
 
 
@@ -329,13 +326,7 @@ def train(
     problem = stack_problem(cluster.device) or model_problem(config.model.name_or_path)
     if problem:
         raise ConfigError(problem)
-    latest = Path(paths["checkpoint_dir"]) / "_actor" / "latest"  # DeepSpeed's pointer, e.g. "global_step3"
-    if resuming and latest.is_file():
-        tag = latest.read_text().strip()
-        print(
-            f"resuming from {latest.parent / tag} (iteration {tag.removeprefix('global_step')})",
-            file=sys.stderr,
-        )
+    resume = resume_args(Path(paths["checkpoint_dir"]) / "_actor", cluster.dp_size) if resuming else []
     if cluster.device == "cpu":
         start_cpu_mode(config)
     import ray
@@ -343,8 +334,11 @@ def train(
     from hgpo_train.openrlhf import watchdog
     from hgpo_train.openrlhf.arguments import launch
     from hgpo_train.openrlhf.engines import install_engine_actor
+    from hgpo_train.openrlhf.placement import check_cluster, node_name
+    from hgpo_train.openrlhf.storage import check_nodes
     from hgpo_train.openrlhf.trainer import STOP_FILE, HGPOTrainer, StopRequested, trainer_actor
     from hgpo_train.policy import base_model_path
+    from hgpo_train.provenance import record_start
 
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(config.to_yaml())  # as given: a re-run compares with it
@@ -355,20 +349,39 @@ def train(
     install_engine_actor()  # CPU mode installed its own, with the weight receiver
     watchdog.start(os.getpid())  # stops what this run starts if the driver is killed
     ray.init(address=cluster.ray_address, **ray_init_kwargs(config, cluster))
-    check_resources(config, cluster, ray.cluster_resources())
-    argv = openrlhf_argv(config, cluster, **paths)
+    if cluster.ray_address:  # a local cluster is this machine: its storage is the driver's
+        check_nodes(run_dir, config.model.name_or_path)
+    check_cluster(config, cluster)
+    record_start(
+        run_dir,
+        {**config.to_dict(), SECTION: dataclasses.asdict(cluster)},
+        backend="openrlhf",
+        policy_ranks=cluster.dp_size,
+        nodes=[
+            {"node": node_name(n), **{k: v for k, v in n["Resources"].items() if not k.startswith("node:")}}
+            for n in ray.nodes()
+            if n["Alive"]
+        ],
+    )
+    argv = openrlhf_argv(config, cluster, **paths) + resume
     (run_dir / "openrlhf.yaml").write_text(
         yaml.safe_dump({SECTION: vars(cluster), "openrlhf_argv": argv}, sort_keys=False)
     )
     stop_file = run_dir / STOP_FILE
     stop_file.unlink(missing_ok=True)
-    previous = signal.signal(signal.SIGTERM, lambda *_: request_stop(stop_file))
+    actor_dir = Path(paths["checkpoint_dir"]) / "_actor"
+    previous = signal.signal(
+        signal.SIGTERM, lambda *_: request_stop(stop_file, cluster.stop_grace_s, actor_dir)
+    )
     try:
         launch(argv, trainer_actor(config, cluster, trainer_class or HGPOTrainer))
     except StopRequested as stopped:  # Ray raises the trainer's exception as one of this type
+        done = stopped.iteration
         print(
-            f"stopped on SIGTERM after iteration {stopped.iteration}, checkpointed "
-            f"(global_step{stopped.iteration}); re-run the same command to resume",
+            f"stopped on SIGTERM after iteration {done}, checkpointed (global_step{done}); "
+            "re-run the same command to resume"
+            if done
+            else "stopped on SIGTERM before the first iteration finished; re-run the same command to start",
             file=sys.stderr,
         )
         return 130
@@ -379,7 +392,29 @@ def train(
     return 0
 
 
-def request_stop(stop_file: Path) -> None:
-    """SIGTERM (a scheduler's preemption): finish the iteration in progress, checkpoint it, stop."""
+def request_stop(stop_file: Path, grace_s: float, actor_dir: Path) -> None:
+    """SIGTERM (a scheduler's preemption): stop at the trainer's next safe point with a checkpoint;
+    if none comes within ``grace_s`` (an update longer than the grace period), stop at once."""
+    if stop_file.exists():  # a second SIGTERM: the first one's deadline stands
+        return
     stop_file.touch()
-    print("SIGTERM: stopping after the iteration in progress, with a checkpoint", file=sys.stderr, flush=True)
+    print(
+        f"SIGTERM: stopping at the next safe point with a checkpoint (within {grace_s:g} s)",
+        file=sys.stderr,
+        flush=True,
+    )
+    deadline = threading.Timer(grace_s, stop_now, (grace_s, actor_dir))
+    deadline.daemon = True
+    deadline.start()
+
+
+def stop_now(grace_s: float, actor_dir: Path) -> None:
+    """The grace period is over: exit (the watchdog, or Ray for a joined cluster, stops the actors)."""
+    tag = latest_tag(actor_dir)
+    then = f"re-running the same command resumes from {tag}" if tag else "re-running starts again"
+    print(
+        f"no safe point within {SECTION}.stop_grace_s={grace_s:g} s: stopping now; {then}",
+        file=sys.stderr,
+        flush=True,
+    )
+    os._exit(143)

@@ -65,6 +65,13 @@ class OpenRLHFConfig:
     """Mean |log p_engine - log p_policy| per token (nats; the worst engine's) above which an
     iteration prints a warning: the engines then sample from other weights than DeepSpeed trains.
     Synced bf16 weights stay far below it (about 1e-4 on CPU); a skipped sync went to 0.09."""
+    placement_timeout_s: float = 120.0
+    """How long the start waits for room for every bundle and actor on the cluster's nodes (nodes
+    joining, another job finishing) before giving up with a line naming what does not fit."""
+    stop_grace_s: float = 25.0
+    """After SIGTERM (a preemption), how long the run may take to reach a safe point and checkpoint
+    before it exits anyway. Slurm's KillWait and Kubernetes' terminationGracePeriodSeconds default
+    to 30 s, after which they SIGKILL; raise it with them (``sbatch --signal``, the pod spec)."""
     extra_args: list[str] = field(default_factory=list)
     """Further OpenRLHF flags, appended verbatim (e.g. ["--ds.use_liger_kernel"]); they win over derived ones."""
 
@@ -170,6 +177,9 @@ def validate_cluster(config: Config, cluster: OpenRLHFConfig) -> None:
             f"{SECTION}.vllm_tensor_parallel_size must be 1 with {SECTION}.device=cpu (vLLM's CPU "
             "build runs one process per engine here); use more engines instead"
         )
+    for key in ("placement_timeout_s", "stop_grace_s"):
+        if getattr(cluster, key) < 0:
+            raise ConfigError(f"{SECTION}.{key} must be >= 0")
     if cluster.engine_gap_warning <= 0:
         raise ConfigError(f"{SECTION}.engine_gap_warning must be positive")
     refused = sorted({a.split("=")[0] for a in cluster.extra_args} & set(REFUSED_ARGS))

@@ -68,8 +68,12 @@ def status_metrics(status: dict[str, Any]) -> dict[str, float]:
 
 
 STOP_FILE = "stop_requested"
-"""Written into the run folder when the driver gets SIGTERM: the trainer checkpoints the iteration
-in progress and stops (the trainer actor runs on the driver's node)."""
+"""Written into the run folder when the driver gets SIGTERM: the trainer stops at the next safe
+point with a checkpoint (the trainer actor runs on the driver's node)."""
+
+
+class RolloutStopped(Exception):
+    """A stop was requested during a rollout: the iteration is abandoned, the policy is unchanged."""
 
 
 class StopRequested(Exception):
@@ -200,6 +204,12 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         rng = np.random.default_rng(iteration_seed(self.config.train.seed, iteration))
         seeds, task_ids = draw_group_tasks(rng, self.config.env.num_groups, self.num_tasks)
         progress = progress_lines(f"iteration {iteration + 1} rollout", self.pool.num_envs)
+
+        def on_turn(turn: int, running: int, steps: int) -> None:
+            if self.stop_requested():  # a preemption's grace period is shorter than a rollout
+                raise RolloutStopped
+            progress(turn, running, steps)
+
         with self._engines_awake():
             return collect_rollouts(
                 self.pool,
@@ -207,7 +217,7 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
                 seeds=seeds,
                 task_ids=task_ids,
                 constrained=self.config.generation.constrained,
-                on_turn=progress,
+                on_turn=on_turn,
             )
 
     def engine_gap(self, batch: StepBatch) -> dict[str, float]:
@@ -291,36 +301,60 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         )
 
     # ----------------------------------------------------------------- the loop
+    def stop_requested(self) -> bool:
+        return (self.run_dir / STOP_FILE).exists()
+
     def fit(self, global_step: int = 0) -> None:
-        """Run the remaining iterations, resuming from the actors' loaded checkpoint if there is one."""
+        """Run the remaining iterations, resuming from the actors' loaded checkpoint if there is one.
+
+        On a stop request (SIGTERM to the driver) the run stops at the next safe point: a rollout
+        in progress is abandoned (the policy has not changed since the last iteration), an update
+        in progress finishes first; either way the last completed iteration is checkpointed.
+        """
         cfg = self.config.train
-        start = int(self.init_checkpoint_states().get("global_step", 0))
+        start = saved = int(self.init_checkpoint_states().get("global_step", 0))
         if start:
             self.broadcast_to_vllm()  # the engines still hold the base weights
-        logger = MetricsLogger(
-            self.run_dir, self.config.logging, start_iteration=start, run_config=self.config.to_dict()
+        logger = MetricsLogger(  # a fresh start logs iteration 0's evaluation again
+            self.run_dir, self.config.logging, start_iteration=start or -1, run_config=self.config.to_dict()
         )
         try:
             if cfg.eval_every and start == 0:
                 logger.log(0, self.evaluate())
             for iteration in range(start, cfg.iterations):
                 began = time.perf_counter()
-                metrics = self.run_iteration(iteration)
+                try:
+                    metrics = self.run_iteration(iteration)
+                except RolloutStopped:
+                    print(
+                        f"stop requested: iteration {iteration + 1}'s rollout abandoned, the policy "
+                        f"is iteration {iteration}'s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    self.stop(iteration, saved)
                 done = iteration + 1
-                if cfg.eval_every and (done % cfg.eval_every == 0 or done == cfg.iterations):
+                stop = self.stop_requested()
+                if cfg.eval_every and not stop and (done % cfg.eval_every == 0 or done == cfg.iterations):
                     metrics.update(self.evaluate())
                 metrics["time/iteration_s"] = time.perf_counter() - began
                 logger.log(done, metrics)
                 print(summary_line(done, cfg.iterations, metrics), file=sys.stderr, flush=True)
-                stop = (self.run_dir / STOP_FILE).exists()
                 if stop or done == cfg.iterations or (cfg.save_every and done % cfg.save_every == 0):
                     self.save(done)
+                    saved = done
                 if stop and done < cfg.iterations:
                     raise StopRequested(done)
         finally:
             logger.close()
             self.pool.close()
             self.evaluator.close()
+
+    def stop(self, done: int, saved: int) -> None:
+        """Stop after ``done`` iterations, checkpointing them unless that checkpoint exists."""
+        if done > saved:
+            self.save(done)
+        raise StopRequested(done)
 
 
 def trainer_actor(config: Config, cluster: OpenRLHFConfig, base: type[HGPOTrainer] = HGPOTrainer) -> Any:

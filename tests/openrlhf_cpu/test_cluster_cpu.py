@@ -1,0 +1,269 @@
+"""The OpenRLHF backend on a real two-node Ray cluster, on CPU, as a cluster user launches it.
+
+The module starts its own cluster on this machine: a head (3 CPUs, 1 logical GPU, the dashboard
+and its job server) and a second node (2 CPUs, 1 logical GPU), each a ``ray start --block`` in a
+session and temp dir of its own, stopped by pid. On it:
+
+* a node without the shared storage (a third node in a mount namespace of its own, where the run
+  folder's parent is an empty tmpfs) is named in one line before anything trains;
+* ``ray job submit -- python -m hgpo_train --backend openrlhf ...`` trains with 2 DeepSpeed ranks
+  and 2 vLLM engines spread over both nodes, until ``ray job stop`` (SIGTERM, as a preemption)
+  stops it with a checkpoint;
+* the same command run as a driver with ``RAY_ADDRESS`` and 1 rank resumes that 2-rank checkpoint
+  (converted to DeepSpeed's universal checkpoint) and finishes the run.
+
+Only what cannot run here is replaced (``hgpo_train.openrlhf.cpu``: CUDA calls, NCCL -> gloo).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import CPU_CONFIG
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' shared helpers
+
+from ray_cluster import RAY_CLI, RayNode, wait_for_head, wait_for_nodes
+from serve_helpers import free_port
+
+from hgpo_train.provenance import RUN_INFO
+from hgpo_train.tracking import read_metrics
+
+LOGPROB_TOLERANCE = 0.02  # as in test_backend_cpu: synced engines stay far below it
+
+
+@dataclass
+class Cluster:
+    address: str
+    dashboard: str
+    tmp: Path
+    nodes: list[RayNode]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    tmp = Path(tempfile.mkdtemp(prefix="hgpo-ray-"))  # short: Ray's socket paths are limited
+    port, dashboard = free_port(), free_port()
+    address = f"127.0.0.1:{port}"
+    # ray job stop's SIGTERM is followed by SIGKILL after this many seconds (Ray's default: 3)
+    stop_wait = {"RAY_JOB_STOP_WAIT_TIME_S": "60"}
+    nodes = [RayNode(tmp, "head", 3, num_gpus=1, head_port=port, dashboard_port=dashboard, env=stop_wait)]
+    try:
+        wait_for_head(address)
+        nodes.append(RayNode(tmp, "second", 2, num_gpus=1, join=address))
+        wait_for_nodes(f"http://127.0.0.1:{dashboard}", 2)
+        yield Cluster(address, f"http://127.0.0.1:{dashboard}", tmp, nodes)
+    finally:
+        for node in nodes:
+            node.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def shared(cluster: Cluster) -> Path:
+    """The cluster's shared storage: a folder every node but the hidden one sees."""
+    path = cluster.tmp / "shared"
+    path.mkdir()
+    return path
+
+
+def command(warm_model: str, run: Path, *overrides: str) -> list[str]:
+    """The backend's command on the CPU config, with the warm model and a run folder on shared storage."""
+    return [
+        sys.executable,
+        "-m",
+        "hgpo_train",
+        "--backend",
+        "openrlhf",
+        "--config",
+        str(CPU_CONFIG),
+        f"model.name_or_path={warm_model}",
+        f"train.output_dir={run}",
+        "generation.constrained=false",  # the warm model's free responses: steps with advantages
+        "update.lr=1e-3",
+        "logging.tensorboard=false",
+        *overrides,
+    ]
+
+
+def test_a_node_without_the_shared_storage_is_named_before_training(
+    cluster: Cluster, shared: Path, warm_model: str
+) -> None:
+    hidden = RayNode(cluster.tmp, "no-storage", 1, join=cluster.address, hide=shared)
+    try:
+        wait_for_nodes(cluster.dashboard, 3)
+        started = time.monotonic()
+        done = subprocess.run(
+            command(warm_model, shared / "unseen"),
+            env={**os.environ, "RAY_ADDRESS": cluster.address},
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        took = time.monotonic() - started
+    finally:
+        hidden.kill()
+    assert done.returncode == 2, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    named = re.findall(r"node [\d.]+:\d+ ", last)
+    assert last.startswith(f"error: {named[0]}cannot see the driver's run folder {shared / 'unseen'} "), last
+    assert len(named) == 1, "only the node without the storage is named"
+    assert "storage every node of the Ray cluster mounts" in last
+    assert not (shared / "unseen" / "checkpoints").exists() and took < 240
+
+
+def test_a_run_no_node_has_room_for_is_refused_in_one_line(
+    cluster: Cluster, shared: Path, warm_model: str
+) -> None:
+    """The cluster's 5 CPUs hold the run's 4.5 in sum, but no node has 2.5 left for the env worker
+    once the controller and the policy bundle are placed: Ray would wait for ever."""
+    wait_for_nodes(cluster.dashboard, 2)  # the storage test's third node is gone
+    done = subprocess.run(
+        command(
+            warm_model,
+            shared / "unplaceable",
+            "env.num_workers=1",
+            "openrlhf.env_actor_cpus=2.5",
+            "openrlhf.placement_timeout_s=1",
+        ),
+        env={**os.environ, "RAY_ADDRESS": cluster.address},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: the Ray cluster cannot place env worker 0 (2.5 CPU on one node)"), last
+    assert last.endswith("(waited 1 s)") and last.count(" CPU, ") == 2  # what each node has left
+
+
+ITERATIONS = 4
+JOB = "hgpo-two-nodes"
+
+
+def job_cli(cluster: Cluster, *args: str, check: bool = True) -> str:
+    """``ray job ARGS`` against the cluster's job server; its stdout."""
+    done = subprocess.run(
+        [*RAY_CLI, "job", args[0], f"--address={cluster.dashboard}", *args[1:]],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=check,
+    )
+    return done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def job(cluster: Cluster, shared: Path, warm_model: str) -> tuple[Path, str]:
+    """``ray job submit`` of a run with 2 ranks and 2 engines, stopped by ``ray job stop`` (SIGTERM,
+    as a preempted job) once 2 iterations are logged; (run folder, job logs)."""
+    wait_for_nodes(cluster.dashboard, 2)  # the storage test's third node is gone
+    run = shared / "run"
+    entrypoint = command(
+        warm_model,
+        run,
+        f"train.iterations={ITERATIONS}",
+        "train.eval_every=0",
+        "openrlhf.num_nodes=2",
+        "openrlhf.vllm_num_engines=2",
+    )
+    job_cli(cluster, "submit", f"--submission-id={JOB}", "--no-wait", "--", *entrypoint)
+    deadline = time.monotonic() + 480
+    while len(read_metrics(run / "metrics.jsonl") if (run / "metrics.jsonl").is_file() else []) < 2:
+        status = job_cli(cluster, "status", JOB)
+        assert "RUNNING" in status or "PENDING" in status, job_cli(cluster, "logs", JOB, check=False)[-4000:]
+        assert time.monotonic() < deadline, "the job logged no 2 iterations in time"
+        time.sleep(1)
+    job_cli(cluster, "stop", JOB)
+    assert "was stopped" in job_cli(cluster, "status", JOB)
+    return run, job_cli(cluster, "logs", JOB)
+
+
+def actor_nodes(cluster: Cluster, class_name: str) -> set[str]:
+    """The nodes the actors of ``class_name`` ran on (Ray's state API keeps dead actors; a class
+    made inside a function is listed under its qualified name)."""
+    from ray.util.state import list_actors
+
+    actors = list_actors(address=cluster.dashboard, limit=10000)
+    return {a.node_id for a in actors if a.class_name.split(".")[-1] == class_name}
+
+
+def test_ray_job_submit_trains_with_two_ranks_and_two_engines_on_two_nodes(
+    cluster: Cluster, job: tuple[Path, str]
+) -> None:
+    run, logs = job
+    assert len(actor_nodes(cluster, "PolicyModelActor")) == 2
+    assert len(actor_nodes(cluster, "HGPORolloutActor")) == 2  # the engines
+    metrics = [r for r in read_metrics(run / "metrics.jsonl") if r["iteration"] > 0]
+    assert [r["iteration"] for r in metrics][:2] == [1, 2]
+    for record in metrics:  # every engine holds the policy's weights after each sync
+        assert record["engine_gap/mean_engine0"] < LOGPROB_TOLERANCE
+        assert record["engine_gap/mean_engine1"] < LOGPROB_TOLERANCE
+        assert record["rollout/step_samples"] > 0 and abs(record["update/policy_loss"]) > 0
+    step = run / "checkpoints" / "openrlhf" / "_actor" / "global_step2"
+    assert sorted(p.name for p in step.glob("*optim_states.pt")) == [
+        "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt",
+        "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt",
+    ]
+    for line in (f"iteration 1/{ITERATIONS}, success ", f"iteration 2/{ITERATIONS}, success "):
+        assert logs.count(line) == 1, (line, logs[-3000:])  # progress appears once, not once per node
+
+
+def test_ray_job_stop_checkpoints_and_stops_the_job(job: tuple[Path, str]) -> None:
+    """``ray job stop`` sends SIGTERM (then SIGKILL after the head's RAY_JOB_STOP_WAIT_TIME_S)."""
+    run, logs = job
+    stopped = int(logs.split("stopped on SIGTERM after iteration ")[1].split(",")[0])
+    assert 2 <= stopped < ITERATIONS and "re-run the same command to resume" in logs
+    latest = run / "checkpoints" / "openrlhf" / "_actor" / "latest"
+    assert latest.read_text().strip() == f"global_step{stopped}"
+    logged = [r["iteration"] for r in read_metrics(run / "metrics.jsonl") if r["iteration"] > 0]
+    assert logged == list(range(1, stopped + 1))
+    info = json.loads((run / RUN_INFO).read_text().splitlines()[-1])
+    assert info["policy_ranks"] == 2 and len(info["nodes"]) == 2
+    assert info["packages"]["openrlhf"] == "0.11.2" and len(info["config_sha256"]) == 64
+
+
+def test_a_one_rank_driver_resumes_the_two_rank_checkpoint(
+    cluster: Cluster, job: tuple[Path, str], warm_model: str
+) -> None:
+    """Another shape after preemption: DeepSpeed alone refuses 2 shards on 1 rank (after starting
+    everything); the backend converts the checkpoint to the universal format and resumes."""
+    run, _ = job
+    before = {r["iteration"]: r for r in read_metrics(run / "metrics.jsonl")}
+    stopped = max(before)
+    done = subprocess.run(
+        command(warm_model, run, f"train.iterations={ITERATIONS}", "train.eval_every=0"),
+        env={**os.environ, "RAY_ADDRESS": cluster.address},  # Ray's own convention, as --ray-address
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "saved by 2 policy ranks and this run has 1: converting it" in done.stderr
+    assert f"global_step{stopped}_universal (iteration {stopped})" in done.stderr
+    shown = done.stdout + done.stderr
+    assert shown.count(f"iteration {ITERATIONS}/{ITERATIONS}, success ") == 1, shown[-3000:]
+    metrics = read_metrics(run / "metrics.jsonl")
+    assert [r["iteration"] for r in metrics] == list(range(1, ITERATIONS + 1))  # no gap, no duplicate
+    # the resumed policy is the trained one, not the base model: it starts further from the reference
+    assert metrics[stopped]["update/kl"] > before[1]["update/kl"]
+    step = run / "checkpoints" / "openrlhf" / "_actor" / f"global_step{ITERATIONS}"
+    assert [p.name for p in step.glob("*optim_states.pt")] == [
+        "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    ]
+    info = [json.loads(line) for line in (run / RUN_INFO).read_text().splitlines()]
+    assert [i["policy_ranks"] for i in info] == [2, 1]

@@ -1,0 +1,120 @@
+"""Ray nodes a test starts on this machine and stops by pid (never ``ray stop``).
+
+Each node is one ``ray start --block`` process in a session of its own, with its own temp dir,
+bound to 127.0.0.1; stopping it kills that process, its children and its session.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+from serve_helpers import free_port
+
+RAY_CLI = [sys.executable, "-m", "ray.scripts.scripts"]
+
+
+class RayNode:
+    """One ``ray start --block`` process (and its children), in a session of its own.
+
+    ``head_port`` makes it a head (with the dashboard and its job server when ``dashboard_port``
+    is given); otherwise it joins ``join``. ``num_gpus`` are logical GPUs (the CPU stack's).
+    ``hide`` puts the node in a mount namespace of its own with an empty tmpfs over that folder:
+    a node without the shared storage the others have.
+    """
+
+    def __init__(
+        self,
+        tmp: Path,
+        name: str,
+        num_cpus: int,
+        *,
+        num_gpus: int = 0,
+        head_port: int | None = None,
+        dashboard_port: int | None = None,
+        join: str = "",
+        env: dict[str, str] | None = None,
+        hide: Path | None = None,
+    ) -> None:
+        temp_dir = tmp / name
+        temp_dir.mkdir()
+        command = [*RAY_CLI, "start", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1"]
+        command += [f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}", f"--temp-dir={temp_dir}"]
+        # nodes on one machine need ports of their own where Ray's defaults are fixed numbers
+        command += [f"--dashboard-agent-listen-port={free_port()}", f"--metrics-export-port={free_port()}"]
+        if head_port is None:
+            command += [f"--address={join}"]
+        else:
+            command += ["--head", f"--port={head_port}", f"--ray-client-server-port={free_port()}"]
+            if dashboard_port is None:
+                command += ["--include-dashboard=false"]
+            else:
+                command += ["--include-dashboard=true", "--dashboard-host=127.0.0.1"]
+                command += [f"--dashboard-port={dashboard_port}"]
+        if hide is not None:
+            mount = f"mount -t tmpfs none {shlex.quote(str(hide))} && exec {shlex.join(command)}"
+            command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", mount]
+        self.log = tmp / f"{name}.log"
+        with self.log.open("w") as log:
+            self.process = subprocess.Popen(
+                command,
+                start_new_session=True,
+                env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **(env or {})},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def pids(self) -> set[int]:
+        try:
+            return {self.process.pid} | {
+                p.pid for p in psutil.Process(self.process.pid).children(recursive=True)
+            }
+        except psutil.NoSuchProcess:
+            return set()
+
+    def kill(self) -> None:
+        """SIGKILL this node's processes (and only them), at once."""
+        for pid in self.pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)  # the session this test made for the node
+        except ProcessLookupError:
+            pass
+        self.process.wait(30)
+
+
+def wait_for_head(address: str, timeout: float = 60.0) -> None:
+    """Return once the head at ``address`` answers ``ray status``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        probe = subprocess.run([*RAY_CLI, "status", f"--address={address}"], capture_output=True, check=False)
+        if probe.returncode == 0:
+            return
+        assert time.monotonic() < deadline, f"the Ray head at {address} did not start"
+        time.sleep(1)
+
+
+def wait_for_nodes(dashboard: str, count: int, timeout: float = 90.0) -> None:
+    """Return once exactly ``count`` nodes are alive in the cluster whose dashboard is ``dashboard``
+    (Ray's state API: ``ray status`` goes on listing a killed node for minutes)."""
+    from ray.util.state import list_nodes
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            states = [n.state for n in list_nodes(address=dashboard)]
+        except Exception as error:  # noqa: BLE001 (the dashboard may still be starting)
+            states = [repr(error)]
+        if states.count("ALIVE") == count:
+            return
+        assert time.monotonic() < deadline, f"the cluster did not come to {count} live nodes: {states}"
+        time.sleep(1)
