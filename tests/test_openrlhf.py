@@ -561,3 +561,48 @@ def test_sigterm_without_a_safe_point_in_the_grace_period_exits_naming_the_check
     said = capsys.readouterr().err
     assert "no safe point within openrlhf.stop_grace_s=0.05 s: stopping now; " in said
     assert said.rstrip().endswith("re-running the same command resumes from global_step3")
+
+
+def fake_checkpoint(actor_dir: Path, tag: str, ranks: int) -> None:
+    """The files DeepSpeed writes for a ZeRO checkpoint of ``ranks`` ranks (empty: only names matter)."""
+    (actor_dir / tag).mkdir(parents=True)
+    (actor_dir / tag / "mp_rank_00_model_states.pt").touch()
+    for rank in range(ranks):
+        (actor_dir / tag / f"bf16_zero_pp_rank_{rank}_mp_rank_00_optim_states.pt").touch()
+    (actor_dir / "latest").write_text(tag)
+
+
+def test_resuming_on_another_number_of_ranks_converts_the_checkpoint_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The decisions around DeepSpeed's converter (which runs for real, 2 ranks -> 1, on the CPU
+    cluster in tests/openrlhf_cpu/test_cluster_cpu.py); here it only records its call."""
+    from hgpo_train.openrlhf import resume
+
+    converted: list[tuple[str, str]] = []
+
+    def convert(source: Path, target: Path) -> None:
+        converted.append((source.name, target.name))
+        fake_checkpoint(target.parent, target.name, 0)
+
+    monkeypatch.setattr(resume, "convert_to_universal", convert)
+    actor_dir = tmp_path / "_actor"
+    assert resume.resume_args(actor_dir, 2) == []  # nothing saved yet
+    fake_checkpoint(actor_dir, "global_step3", 2)
+    assert resume.resume_args(actor_dir, 2) == [] and not converted  # same shape: DeepSpeed loads it
+    assert "resuming from " in capsys.readouterr().err
+    assert resume.resume_args(actor_dir, 1) == [resume.UNIVERSAL_FLAG]
+    assert converted == [("global_step3", "global_step3_universal")]
+    for pointer in ("latest", "latest_universal"):
+        assert (actor_dir / pointer).read_text() == "global_step3_universal"
+    assert "(iteration 3)" in capsys.readouterr().err
+    assert resume.resume_args(actor_dir, 4) == [resume.UNIVERSAL_FLAG]  # a universal one loads on any shape
+    assert len(converted) == 1
+
+
+def test_a_latest_pointer_to_a_missing_checkpoint_is_one_line(tmp_path: Path) -> None:
+    from hgpo_train.openrlhf.resume import resume_args
+
+    (tmp_path / "latest").write_text("global_step5")
+    with pytest.raises(ConfigError, match=r"names global_step5, which holds no complete checkpoint"):
+        resume_args(tmp_path, 1)

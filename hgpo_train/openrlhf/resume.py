@@ -44,6 +44,11 @@ def resume_args(actor_dir: Path, dp_size: int) -> list[str]:
     tag = latest_tag(actor_dir)
     if tag is None:
         return []
+    if not any((actor_dir / tag).glob("mp_rank_*_model_states.pt")):
+        raise ConfigError(
+            f"{actor_dir / 'latest'} names {tag}, which holds no complete checkpoint (deleted, or cut "
+            "short by a kill): write an earlier global_stepN folder's name into it, or pass --overwrite"
+        )
     ranks = saved_ranks(actor_dir / tag)
     if ranks and ranks != dp_size:
         universal = tag + UNIVERSAL_SUFFIX
@@ -54,8 +59,9 @@ def resume_args(actor_dir: Path, dp_size: int) -> list[str]:
             flush=True,
         )
         convert_to_universal(actor_dir / tag, actor_dir / universal)
-        (actor_dir / "latest.tmp").write_text(universal)
-        os.replace(actor_dir / "latest.tmp", actor_dir / "latest")
+        for pointer in ("latest", "latest_universal"):  # DeepSpeed reads the second with the universal flag
+            (actor_dir / f"{pointer}.tmp").write_text(universal)
+            os.replace(actor_dir / f"{pointer}.tmp", actor_dir / pointer)
         tag, ranks = universal, 0
     print(f"resuming from {actor_dir / tag} (iteration {tag_iteration(tag)})", file=sys.stderr, flush=True)
     return [] if ranks else [UNIVERSAL_FLAG]
@@ -63,8 +69,9 @@ def resume_args(actor_dir: Path, dp_size: int) -> list[str]:
 
 def convert_to_universal(source: Path, target: Path) -> None:
     """DeepSpeed's own converter, into a temporary folder renamed when complete (a crash leaves no
-    half-written checkpoint behind ``latest``). Models saved by Hugging Face code carry no
-    universal-checkpoint metadata, so the converter adds its default (``--inject_missing_state``)."""
+    half-written checkpoint behind ``latest``; the caller points ``latest_universal``, which the
+    converter aims at the temporary name, at the result). Models saved by Hugging Face code carry
+    no universal-checkpoint metadata, so the converter adds its default (``--inject_missing_state``)."""
     if target.is_dir():
         return
     partial = target.with_name(target.name + ".partial")
