@@ -65,7 +65,30 @@ def parse_env_kwargs(pairs: list[str]) -> dict[str, Any]:
 
 def env_from_args(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     """The env id and its arguments; ``module:Id`` imports ``module`` (which registers ``Id``) first."""
-    return import_env_module(args.env_id), parse_env_kwargs(args.env_kwargs)
+    try:
+        env_id = import_env_module(args.env_id)
+    except Exception as error:  # noqa: BLE001 (a user's module may raise anything at import)
+        module = args.env_id.rpartition(":")[0]
+        raise ValueError(
+            f"importing {module} for {args.env_id} failed: {type(error).__name__}: {error}"
+        ) from None
+    return env_id, parse_env_kwargs(args.env_kwargs)
+
+
+def server_settings_problem(args: argparse.Namespace) -> str | None:
+    """One line for server settings that could serve nothing, else None."""
+    if not 0 < args.port < 2**16:
+        return f"--port {args.port}: a TCP port is 1 to 65535"
+    for flag, value in (
+        ("--max-sessions", args.max_sessions),
+        ("--limit-concurrency", args.limit_concurrency),
+    ):
+        if value is not None and value < 1:
+            return f"{flag} {value}: it must be at least 1"
+    for flag, value in (("--session-timeout", args.session_timeout), ("--keep-alive", args.keep_alive)):
+        if value is not None and not value > 0:
+            return f"{flag} {value}: it must be a positive number of seconds"
+    return None
 
 
 BAD_ENV = (gym.error.Error, ValueError, TypeError, FileNotFoundError, MissingExtraError)
@@ -80,8 +103,11 @@ def serve(args: argparse.Namespace) -> int:
 
     from hgpo_env.serve.auth import read_token
 
-    env_id, env_kwargs = env_from_args(args)
     try:
+        problem = server_settings_problem(args)
+        if problem:
+            raise ValueError(problem)
+        env_id, env_kwargs = env_from_args(args)
         run_server(
             env_id,
             env_kwargs,
@@ -96,6 +122,7 @@ def serve(args: argparse.Namespace) -> int:
             http_sessions=args.http_sessions,
             keep_alive=args.keep_alive,
             limit_concurrency=args.limit_concurrency,
+            allow_origins=args.allow_origin or (),
         )
     except BAD_ENV as error:
         print(f"error: {error}", file=sys.stderr)
@@ -106,8 +133,8 @@ def serve(args: argparse.Namespace) -> int:
 def check(args: argparse.Namespace) -> int:
     from hgpo_env.check import check_env_health
 
-    env_id, env_kwargs = env_from_args(args)
     try:
+        env_id, env_kwargs = env_from_args(args)
         report = check_env_health(
             env_id,
             env_kwargs,
@@ -159,6 +186,12 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         metavar="KEY[=LOW..HIGH]",
         help="an env argument clients may set at reset, within bounds if given (repeat it)",
+    )
+    server.add_argument(
+        "--allow-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="a browser origin (https://host:port) whose WebSocket upgrades are accepted; browsers' others are refused (repeat it)",
     )
     server.add_argument(
         "--host",

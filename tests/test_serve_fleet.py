@@ -14,7 +14,7 @@ from serve_helpers import running_server, ws_request
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from hgpo_env.serve.choices import Allowed, ClientChoices, redact_paths
+from hgpo_env.serve.choices import Allowed, ClientChoices, redact
 from hgpo_env.serve.idle import IDLE_CLOSE_CODE
 from hgpo_env.serve.wire import HGPOAction
 
@@ -156,6 +156,17 @@ def test_client_choices_and_redaction():
     for bad in ("max_steps=1", "max steps", "max_steps=a..b"):
         with pytest.raises(ValueError, match="--allow takes"):
             Allowed.parse(bad)
-    assert redact_paths("no games in /data/alfworld/json_2.1.1/train (see http://x.org/a)") == (
+    assert redact("no games in /data/alfworld/json_2.1.1/train (see http://x.org/a)") == (
         "no games in <path> (see http://x.org/a)"
     )
+    assert redact("see ~/games/a.json and ../b/c.json") == "see <path> and <path>"
+    launched = {"data_path": "/srv/my games/alfworld", "api_key": "sk-123456", "history_length": 2}
+    said = "FileNotFoundError: /srv/my games/alfworld/x: no such file (key sk-123456)"
+    assert (
+        redact(said, launched.values())
+        == "FileNotFoundError: <server argument><path>: no such file (key <server argument>)"
+    )
+    echoed = (
+        "TypeError: bad arg was raised from the environment creator for X-v0 with kwargs ({'api_key': 'zz'})"
+    )
+    assert redact(echoed) == "TypeError: bad arg was raised from the environment creator for X-v0"

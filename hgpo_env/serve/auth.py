@@ -14,6 +14,8 @@ import hmac
 import ipaddress
 import json
 import os
+import stat
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +25,37 @@ AUTH_CLOSE_CODE = 1008
 """WebSocket close code of a refused upgrade (policy violation)."""
 
 
+MIN_REMOTE_TOKEN_CHARS = 16
+"""Shortest token a server reachable beyond this machine accepts (guessing must not pay)."""
+
+
 def read_token(token_file: str | os.PathLike[str] | None = None) -> str | None:
-    """The token in ``token_file`` (stripped), else ``$HGPO_SERVE_TOKEN``, else None."""
+    """The token in ``token_file``, else ``$HGPO_SERVE_TOKEN``, else None; both stripped and
+    checked alike (one line, not blank). A token file others may read gets a warning on stderr."""
     if token_file is not None:
-        token = Path(token_file).read_text().strip()
-        if not token:
-            raise ValueError(f"the token file {token_file} is empty")
-        return token
-    return os.environ.get(TOKEN_VARIABLE) or None
+        path = Path(token_file)
+        try:
+            text = path.read_text()
+        except OSError as error:
+            raise ValueError(f"cannot read the token file {token_file}: {error.strerror or error}") from None
+        if path.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            print(
+                f"warning: the token file {token_file} is readable by other users (chmod 600 it)",
+                file=sys.stderr,
+            )
+        return _checked(text, f"the token file {token_file}")
+    text = os.environ.get(TOKEN_VARIABLE)
+    return None if text is None or text == "" else _checked(text, f"${TOKEN_VARIABLE}")
+
+
+def _checked(text: str, source: str) -> str:
+    """``text`` stripped, refused when blank or of several lines (no header can carry those)."""
+    token = text.strip()
+    if not token:
+        raise ValueError(f"{source} is empty")
+    if any(c.isspace() for c in token):
+        raise ValueError(f"{source} holds whitespace inside the token (several lines?): a token is one word")
+    return token
 
 
 def auth_headers(token: str | None) -> dict[str, str]:
@@ -49,11 +74,19 @@ def is_loopback(host: str) -> bool:
 
 
 def check_bind(host: str, token: str | None, insecure: bool) -> None:
-    """Refuse to serve an address other machines can reach without a token, unless ``insecure``."""
-    if token is None and not insecure and not is_loopback(host):
+    """Refuse to serve an address other machines can reach without a token, unless ``insecure``,
+    or with a token shorter than :data:`MIN_REMOTE_TOKEN_CHARS`."""
+    if is_loopback(host):
+        return
+    if token is None and not insecure:
         raise ValueError(
             f"refusing to serve {host} without a token: anything on that network could open "
             f"sessions. Give one (--token-file, or ${TOKEN_VARIABLE}), or say --insecure"
+        )
+    if token is not None and len(token) < MIN_REMOTE_TOKEN_CHARS:
+        raise ValueError(
+            f"refusing to serve {host} with a {len(token)}-character token: use at least "
+            f"{MIN_REMOTE_TOKEN_CHARS} (python -c 'import secrets; print(secrets.token_urlsafe(32))')"
         )
 
 
@@ -68,11 +101,13 @@ class BearerAuth:
         if not token:
             raise ValueError("BearerAuth needs a non-empty token")
         self.app = app
-        self._expected = f"Bearer {token}".encode()
+        self._expected = token.encode()
 
     def _allowed(self, scope: dict[str, Any]) -> bool:
         given = dict(scope.get("headers") or ()).get(b"authorization", b"")
-        return hmac.compare_digest(given, self._expected)
+        scheme, _, credentials = given.partition(b" ")
+        # HTTP auth schemes are case-insensitive (RFC 9110 11.1); the token is compared in constant time
+        return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), self._expected)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] not in ("http", "websocket") or self._allowed(scope):

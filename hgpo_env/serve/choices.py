@@ -14,8 +14,9 @@ import functools
 import inspect
 import re
 import reprlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Any
 
 import gymnasium as gym
@@ -25,12 +26,19 @@ from hgpo_env.registration import import_env_module, load_class, make_agent_env
 
 TASK_KEYS = frozenset({"split"})
 """Env arguments that choose tasks, which every client may set."""
-_PATH = re.compile(r"(?<![\w.:/~-])/(?:[\w.@+-]+/)*[\w.@+-]+")
+_PATH = re.compile(r"(?<![\w.:/~-])(?:~|\.{1,2})?/(?:[\w.@+-]+/)*[\w.@+-]+")
+"""Absolute, home-relative (``~/``) and explicitly relative (``./``, ``../``) file paths."""
+_GYM_KWARGS = re.compile(r" with kwargs \(.*", re.DOTALL)
+"""Gymnasium's ``... was raised from the environment creator for ID with kwargs ({...})``."""
 
 
-def redact_paths(text: str) -> str:
-    """``text`` with absolute file paths replaced by ``<path>``: error replies go to strangers."""
-    return _PATH.sub("<path>", text)
+def redact(text: str, server_values: Iterable[Any] = ()) -> str:
+    """``text`` fit for a stranger: the server's own argument values (paths with spaces, keys)
+    replaced wherever they appear, gymnasium's echo of the arguments cut, file paths replaced."""
+    for value in server_values:
+        if isinstance(value, (str, PurePath)) and len(str(value)) >= 4:
+            text = text.replace(str(value), "<server argument>")
+    return _PATH.sub("<path>", _GYM_KWARGS.sub("", text))
 
 
 @dataclass(frozen=True)
@@ -52,9 +60,12 @@ class Allowed:
         if not bounds:
             return cls(name)
         try:
-            return cls(name, float(low), float(high))
+            allowed = cls(name, float(low), float(high))
         except ValueError:
             raise ValueError(message) from None
+        if not allowed.low <= allowed.high:  # an empty range would refuse every value
+            raise ValueError(f"--allow {text}: the low bound is above the high one")
+        return allowed
 
     def check(self, value: Any) -> None:
         if self.low is None or self.high is None:
@@ -118,11 +129,12 @@ class ClientChoices:
                 kwargs[name] = value
             else:
                 refused.append(name)
-        if refused:  # named, cut short: the names are the client's and may be huge
-            mine = {_short(name): self.effective.get(name, "(not set)") for name in refused[:8]}
+        if refused:  # named, cut short (the names are the client's and may be huge); the values the
+            # server runs with are never shown: they may be paths or carry secrets
+            names = [_short(name) for name in refused[:8]]
             raise ValueError(
-                f"env arguments {list(mine)} are the operator's: this server runs with {mine} and lets "
-                f"clients choose the task and {sorted(TASK_KEYS | set(self.allowed))}"
+                f"env arguments {names} are the operator's: a client may repeat the values the server "
+                f"runs with and choose the task and {sorted(TASK_KEYS | set(self.allowed))}"
             )
         return kwargs
 

@@ -31,8 +31,9 @@ from openenv.core.env_server.types import ConcurrencyConfig, EnvironmentMetadata
 import hgpo_env  # noqa: F401  (registers the HGPO-* ids)
 from hgpo_env.registration import import_env_module
 from hgpo_env.serve.auth import BearerAuth, check_bind
-from hgpo_env.serve.choices import Allowed, ClientChoices, redact_paths
+from hgpo_env.serve.choices import Allowed, ClientChoices, redact
 from hgpo_env.serve.frames import FrameGuard
+from hgpo_env.serve.guards import BodyLimit, OriginCheck
 from hgpo_env.serve.idle import IdleClose
 from hgpo_env.serve.wire import MAX_RESPONSE_CHARS, HGPOAction, HGPOObservation, info_to_wire
 
@@ -109,13 +110,19 @@ class HGPOEnvironment(Environment[HGPOAction, HGPOObservation, State]):
         """Make the session's env with ``kwargs`` unless it already has that one."""
         if self._needs_env(kwargs):
             self._drop_env()
-            with _redacted():
+            with _redacted(self.default_kwargs):
                 self.env, self._kwargs = gym.make(self.env_id, **kwargs), kwargs
 
     def _start(self, seed: int | None, episode_id: str | None, task: int | None) -> HGPOObservation:
         assert self.env is not None
-        with _redacted():
-            prompt, info = self.env.reset(seed=seed, options=None if task is None else {"task_id": task})
+        try:
+            with _redacted(self.default_kwargs):
+                prompt, info = self.env.reset(seed=seed, options=None if task is None else {"task_id": task})
+        except RuntimeError:
+            # gymnasium's env checker wrapper breaks every later step of an env whose first reset
+            # raised: the next reset makes a fresh env instead
+            self._drop_env()
+            raise
         self._state = State(
             episode_id=episode_id or str(uuid.uuid4()),
             step_count=0,
@@ -132,7 +139,7 @@ class HGPOEnvironment(Environment[HGPOAction, HGPOObservation, State]):
             raise RuntimeError("no episode: send a reset first")
         if len(action.response) > MAX_RESPONSE_CHARS:
             raise ValueError(f"response of {len(action.response)} characters; at most {MAX_RESPONSE_CHARS}")
-        with _redacted():
+        with _redacted(self.default_kwargs):
             prompt, reward, terminated, truncated, info = self.env.step(action.response)
         self._state.step_count += 1
         return HGPOObservation(
@@ -233,7 +240,7 @@ class TaskCatalog:
 
     def _read(self, kwargs: Mapping[str, Any], read: Any) -> Any:
         """``read`` of a freshly built env (unwrapped), which is closed after."""
-        with _redacted():
+        with _redacted(self.env_kwargs):
             made = gym.make(self.env_id, **kwargs)
         try:
             return read(made.unwrapped)
@@ -242,12 +249,13 @@ class TaskCatalog:
 
 
 @contextlib.contextmanager
-def _redacted() -> Iterator[None]:
-    """An env's error as the client sees it: its type and message, server paths left out."""
+def _redacted(server_kwargs: Mapping[str, Any]) -> Iterator[None]:
+    """An env's error as the client sees it: its type and message, without the server's argument
+    values or paths (:func:`~hgpo_env.serve.choices.redact`)."""
     try:
         yield
     except Exception as error:  # noqa: BLE001  (every env error goes to the client, redacted)
-        text = redact_paths(f"{type(error).__name__}: {error}")
+        text = redact(f"{type(error).__name__}: {error}", server_kwargs.values())
         raise RuntimeError(
             text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS] + " ..."
         ) from None
@@ -293,12 +301,15 @@ def build_app(
     token: str | None = None,
     allow: Sequence[str] = (),
     http_sessions: bool = False,
+    allow_origins: Sequence[str] = (),
 ) -> Any:
     """The FastAPI app of OpenEnv's ``create_app`` serving ``env_id``; the env is made once here,
     so a bad id or argument fails at start-up rather than in the first session. ``threads`` runs
     each session's steps in OpenEnv's executor threads (:class:`InlineHGPOEnvironment` says when);
     ``token`` makes every request and upgrade carry it (:class:`~hgpo_env.serve.auth.BearerAuth`);
-    ``allow`` names the env arguments clients may set (``KEY`` or ``KEY=LOW..HIGH``).
+    ``allow`` names the env arguments clients may set (``KEY`` or ``KEY=LOW..HIGH``);
+    ``allow_origins`` the browser origins whose WebSocket upgrades are accepted (none by default:
+    :mod:`~hgpo_env.serve.guards`, which also caps every HTTP body).
 
     Episodes run over ``/ws``, one env per connection, under ``max_sessions``. OpenEnv's HTTP
     ``/reset``, ``/step``, ``/state`` and ``/mcp`` routes make envs outside that cap (a stateless
@@ -323,6 +334,8 @@ def build_app(
     app.add_middleware(FrameGuard)
     if session_timeout is not None:
         app.add_middleware(IdleClose, timeout=session_timeout)
+    app.add_middleware(BodyLimit)
+    app.add_middleware(OriginCheck, allowed=allow_origins)
     if token is not None:
         app.add_middleware(BearerAuth, token=token)  # outermost: strangers reach nothing
     return app
@@ -343,6 +356,7 @@ def serve(
     http_sessions: bool = False,
     keep_alive: float = 5.0,
     limit_concurrency: int | None = None,
+    allow_origins: Sequence[str] = (),
 ) -> None:
     """Serve until SIGINT or SIGTERM, which stop taking sessions and close the open ones; print
     one line with the URL once sessions are accepted. A ``host`` other machines can reach needs
@@ -357,6 +371,7 @@ def serve(
         token=token,
         allow=allow,
         http_sessions=http_sessions,
+        allow_origins=allow_origins,
     )
     config = uvicorn.Config(
         app,

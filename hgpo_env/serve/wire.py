@@ -11,6 +11,7 @@ hold (in an env's own ``env_info``) is sent as its ``repr``.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from openenv.core.env_server.types import Action, Observation
@@ -43,9 +44,25 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _server_path(value: Any) -> bool:
+    """Whether ``value`` names a file of the server: an absolute or home-relative path that exists."""
+    return (
+        isinstance(value, str)
+        and value.startswith(("/", "~"))
+        and len(value) < 4096
+        and Path(value).expanduser().exists()
+    )
+
+
 def info_to_wire(info: dict[str, Any], terminated: bool, truncated: bool) -> dict[str, Any]:
-    """``info`` as JSON-safe metadata, with ``terminated`` and ``truncated`` apart."""
-    wire = {key: value if key in RESET_KEYS else _jsonable(value) for key, value in info.items()}
+    """``info`` as JSON-safe metadata, with ``terminated`` and ``truncated`` apart. Values that are
+    server paths (ALFWorld's ``game_file``) stay on the server: clients get no paths, and envs
+    give a machine-independent id beside them (ALFWorld's ``game_id``)."""
+    wire = {
+        key: value if key in RESET_KEYS else _jsonable(value)
+        for key, value in info.items()
+        if not _server_path(value)
+    }
     wire["fingerprints"] = [str(key) for key in info["fingerprints"]]
     for key in _INTEGER_KEYS:
         if key in info:

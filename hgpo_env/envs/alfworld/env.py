@@ -63,8 +63,9 @@ def split_opening(opening: str) -> tuple[str, str]:
 class ALFWorldEnv(TextEnv):
     """ALFWorld's household text games (``split`` of the data found by :func:`~.locate.locate`).
 
-    ``info`` adds ``data_source`` (``"official"`` or ``"generated"``) and ``game_file`` to the
-    contract's keys.
+    ``info`` adds ``data_source`` (``"official"`` or ``"generated"``), ``game_file`` and
+    ``game_id`` (the game file relative to the data root, the same on every machine: served envs
+    send it instead of the path) to the contract's keys.
     """
 
     env_family = "alfworld"
@@ -193,7 +194,12 @@ class ALFWorldEnv(TextEnv):
 
     def _info(self, action_valid: bool) -> dict[str, Any]:
         info = super()._info(action_valid)
-        info.update(data_source=self.data.source, game_file=str(self.games[self.task_id].path))
+        path = self.games[self.task_id].path
+        info.update(
+            data_source=self.data.source,
+            game_file=str(path),
+            game_id=path.relative_to(self.data.path).as_posix(),
+        )
         return info
 
     def close(self) -> None:

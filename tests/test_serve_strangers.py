@@ -1,0 +1,186 @@
+"""Second round of probes against a real ``python -m hgpo_env serve`` (issue 40): what a stranger or a
+careless client sends, and what a careless operator types. Each probe is run against the real
+server and OpenEnv's real protocol, or the real command line."""
+
+from __future__ import annotations
+
+import http.client
+import stat
+import urllib.error
+import urllib.request
+
+import pytest
+from serve_helpers import running_server, ws_request
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
+
+from hgpo_env.serve.auth import MIN_REMOTE_TOKEN_CHARS, check_bind, read_token
+from hgpo_env.serve.choices import Allowed, ClientChoices
+from hgpo_env.serve.guards import MAX_BODY_BYTES
+
+TOKEN = "a-token-long-enough-for-any-host"
+
+
+@pytest.fixture(scope="module")
+def server():
+    with running_server(
+        "HGPO-Rooms-v0", "history_length=2", "--allow-origin", "https://trainer.example", token=TOKEN
+    ) as (url, _):
+        yield url
+
+
+def ws_url(url: str) -> str:
+    return url.replace("http", "ws") + "/ws"
+
+
+def test_a_session_whose_first_reset_failed_plays_after_a_good_reset(server):
+    """gymnasium's env checker broke every later step of an env whose first reset raised."""
+    with connect(ws_url(server), additional_headers={"Authorization": f"Bearer {TOKEN}"}) as ws:
+        for _ in range(2):  # a failed reset, first or later, leaves the session usable
+            assert ws_request(ws, "reset", {"seed": 0, "task_id": -1})["type"] == "error"
+            assert ws_request(ws, "reset", {"seed": 0})["type"] == "observation"
+            answer = ws_request(ws, "step", {"response": "look"})
+            assert answer["type"] == "observation", answer
+
+
+def test_browser_origins_are_refused_unless_allowed(server):
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with pytest.raises(InvalidStatus) as refused:
+        connect(ws_url(server), additional_headers=headers, origin="https://evil.example")
+    assert refused.value.response.status_code == 403
+    with connect(ws_url(server), additional_headers=headers, origin="https://trainer.example") as ws:
+        assert ws_request(ws, "reset", {"seed": 0})["type"] == "observation"
+    with connect(ws_url(server), additional_headers=headers) as ws:  # no Origin: not a browser
+        assert ws_request(ws, "reset", {"seed": 0})["type"] == "observation"
+
+
+def post(url: str, body: bytes, *, chunked: bool = False) -> tuple[int, bytes]:
+    """POST ``body`` to the Task API (with a length, or chunked); the status and reply."""
+    host, port = url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+    if chunked:
+        connection.request(
+            "POST", "/HGPO-Rooms-v0/num_tasks", body=iter([body]), headers=headers, encode_chunked=True
+        )
+    else:
+        connection.request("POST", "/HGPO-Rooms-v0/num_tasks", body=body, headers=headers)
+    answer = connection.getresponse()
+    return answer.status, answer.read()
+
+
+def test_http_bodies_are_capped_on_every_route(server):
+    huge = b'{"split": "' + b"x" * (8 * MAX_BODY_BYTES) + b'"}'
+    for chunked in (False, True):
+        status, reply = post(server, huge, chunked=chunked)
+        assert status == 413 and len(reply) < 200, (chunked, status, reply[:200])
+    status, reply = post(server, b'{"split": "nope"}')  # an ordinary body still reaches the route
+    assert status == 400 and reply == b'{"detail":"Invalid task index"}', reply  # OpenEnv's answer
+
+
+def test_the_bearer_scheme_is_case_insensitive(server):
+    for scheme, expected in (("bearer", 200), ("BEARER", 200), ("Basic", 401)):
+        request = urllib.request.Request(f"{server}/health", headers={"Authorization": f"{scheme} {TOKEN}"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                status = answer.status
+        except urllib.error.HTTPError as error:
+            status = error.code
+        assert status == expected, scheme
+
+
+def test_a_refusal_names_the_key_never_the_operators_value():
+    choices = ClientChoices("HGPO-Rooms-v0", {"max_steps": 1234567})
+    with pytest.raises(ValueError) as refused:
+        choices.resolve({"max_steps": 3})
+    assert "['max_steps'] are the operator's" in str(refused.value)
+    assert "1234567" not in str(refused.value)
+
+
+def test_token_files_and_variables_are_checked_alike(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("HGPO_SERVE_TOKEN", raising=False)
+    with pytest.raises(ValueError, match="cannot read the token file"):
+        read_token(tmp_path)  # a directory
+    two_lines = tmp_path / "two"
+    two_lines.write_text("first\nsecond\n")
+    two_lines.chmod(0o600)
+    with pytest.raises(ValueError, match="several lines"):
+        read_token(two_lines)
+    shared = tmp_path / "shared"
+    shared.write_text(TOKEN + "\n")
+    shared.chmod(0o644)
+    assert read_token(shared) == TOKEN
+    assert "readable by other users" in capsys.readouterr().err
+    shared.chmod(stat.S_IRUSR | stat.S_IWUSR)
+    assert read_token(shared) == TOKEN and capsys.readouterr().err == ""
+    monkeypatch.setenv("HGPO_SERVE_TOKEN", TOKEN + "\n")  # stripped, as the file is
+    assert read_token() == TOKEN
+    monkeypatch.setenv("HGPO_SERVE_TOKEN", "   ")
+    with pytest.raises(ValueError, match="empty"):
+        read_token()
+
+
+def test_a_short_token_is_refused_beyond_loopback():
+    check_bind("127.0.0.1", "x", insecure=False)  # this machine only
+    with pytest.raises(ValueError, match=f"use at least {MIN_REMOTE_TOKEN_CHARS}"):
+        check_bind("0.0.0.0", "x" * (MIN_REMOTE_TOKEN_CHARS - 1), insecure=False)
+    check_bind("0.0.0.0", "x" * MIN_REMOTE_TOKEN_CHARS, insecure=False)
+
+
+def test_an_empty_allowed_range_is_refused():
+    with pytest.raises(ValueError, match="low bound is above the high one"):
+        Allowed.parse("max_steps=10..1")
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["no_such_module:Env-v0"],
+            "importing no_such_module for no_such_module:Env-v0 failed: ModuleNotFoundError",
+        ),
+        (
+            ["byo_envs_broken:Env-v0"],
+            "importing byo_envs_broken for byo_envs_broken:Env-v0 failed: RuntimeError",
+        ),
+        (["HGPO-Rooms-v0", "--port", "99999"], "--port 99999: a TCP port is 1 to 65535"),
+        (["HGPO-Rooms-v0", "--limit-concurrency", "0"], "--limit-concurrency 0: it must be at least 1"),
+        (["HGPO-Rooms-v0", "--max-sessions", "0"], "--max-sessions 0: it must be at least 1"),
+        (["HGPO-Rooms-v0", "--session-timeout", "-1"], "--session-timeout -1.0: it must be a positive"),
+        (["HGPO-Rooms-v0", "--allow", "max_steps=10..1"], "low bound is above the high one"),
+    ],
+)
+def test_bad_command_lines_are_one_line(argv, said, tmp_path, monkeypatch, capsys):
+    from hgpo_env.__main__ import main
+    from hgpo_env.serve import server
+
+    def bind(*args, **kwargs):
+        raise AssertionError("the server started")
+
+    monkeypatch.setattr(server._AnnouncingServer, "run", bind)
+    (tmp_path / "byo_envs_broken.py").write_text("raise RuntimeError('this module breaks at import')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["serve", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and said in err and err.count("\n") == 1, err
+
+
+def test_served_alfworld_sends_a_game_id_not_the_servers_path(shared_data):
+    """The game file's absolute path names the server's folders; clients get its relative id."""
+    data = shared_data / "alfworld"
+    with (
+        running_server("HGPO-ALFWorld-v0", "split=valid_seen", f"data_path={data}", "disk_cache=False") as (
+            url,
+            _,
+        ),
+        connect(ws_url(url)) as ws,
+    ):
+        for answer in (
+            ws_request(ws, "reset", {"seed": 0, "task_id": 3}),
+            ws_request(ws, "step", {"response": "look"}),
+        ):
+            metadata = answer["data"]["observation"]["metadata"]
+            assert "game_file" not in metadata and str(data) not in str(answer)
+            assert metadata["game_id"].startswith("valid_seen/") and metadata["game_id"].endswith(
+                ".tw-pddl"
+            )
