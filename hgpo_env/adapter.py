@@ -125,6 +125,9 @@ class TextEnvSpec:
     """``start(env, task_id) -> (observation, info)``: begin task ``task_id``."""
     num_tasks: int | Callable[[Any], int | None] | None = None
     """How many task ids there are; None: unbounded (ids are seeds, drawn below 2**31)."""
+    splits: tuple[str, ...] = ()
+    """The ``split`` values the env's ``make_env`` takes, which a server's Task API offers (it
+    refuses others without building an env); none declared: the Task API serves no split."""
     step: StepAPI = "gymnasium"
     """The step signature: ``"gymnasium"`` (5-tuple), ``"gym"`` (old 4-tuple), or a callable
     ``(env, action) -> (obs, reward, terminated, truncated, info)`` for anything else."""
@@ -190,6 +193,7 @@ class TextAdapter(TextEnv):
         )
         self.env = env
         self.text_spec = spec
+        self.splits = spec.splits
         self.reward_mode = reward
         self._step_env = spec.step if callable(spec.step) else STEP_APIS[spec.step]
         self._rng = IsolatedRNG() if isolate_rng else None

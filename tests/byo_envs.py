@@ -124,7 +124,9 @@ def slow_dial(split: str = "train") -> Dial:
 
 
 hgpo_env.register_text_env("TestDial-v0", Dial, SPEC, limit=100)
-hgpo_env.register_text_env("TestSlowDial-v0", slow_dial, dataclasses.replace(SPEC, num_tasks=400))
+hgpo_env.register_text_env(
+    "TestSlowDial-v0", slow_dial, dataclasses.replace(SPEC, num_tasks=400, splits=("train", "eval"))
+)
 hgpo_env.register_text_env("TestLockbox-v0", ExpertLockbox, LOCKBOX)
 hgpo_env.register_text_env("TestLockboxPlainKey-v0", Lockbox, dataclasses.replace(LOCKBOX, task_key=None))
 hgpo_env.register_text_env("TestStuckLockbox-v0", StuckLockbox, LOCKBOX)

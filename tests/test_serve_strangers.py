@@ -5,7 +5,9 @@ server and OpenEnv's real protocol, or the real command line."""
 from __future__ import annotations
 
 import http.client
+import json
 import stat
+import time
 import urllib.error
 import urllib.request
 
@@ -54,17 +56,17 @@ def test_browser_origins_are_refused_unless_allowed(server):
         assert ws_request(ws, "reset", {"seed": 0})["type"] == "observation"
 
 
-def post(url: str, body: bytes, *, chunked: bool = False) -> tuple[int, bytes]:
-    """POST ``body`` to the Task API (with a length, or chunked); the status and reply."""
+def post(url: str, body: bytes, *, chunked: bool = False, env_id: str = "HGPO-Rooms-v0") -> tuple[int, bytes]:
+    """POST ``body`` to the Task API's task count (with a length, or chunked); the status and reply."""
     host, port = url.removeprefix("http://").split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=30)
     headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
     if chunked:
         connection.request(
-            "POST", "/HGPO-Rooms-v0/num_tasks", body=iter([body]), headers=headers, encode_chunked=True
+            "POST", f"/{env_id}/num_tasks", body=iter([body]), headers=headers, encode_chunked=True
         )
     else:
-        connection.request("POST", "/HGPO-Rooms-v0/num_tasks", body=body, headers=headers)
+        connection.request("POST", f"/{env_id}/num_tasks", body=body, headers=headers)
     answer = connection.getresponse()
     return answer.status, answer.read()
 
@@ -181,6 +183,19 @@ def test_served_alfworld_sends_a_game_id_not_the_servers_path(shared_data):
         ):
             metadata = answer["data"]["observation"]["metadata"]
             assert "game_file" not in metadata and str(data) not in str(answer)
-            assert metadata["game_id"].startswith("valid_seen/") and metadata["game_id"].endswith(
-                ".tw-pddl"
-            )
+            assert metadata["game_id"].startswith("valid_seen/") and metadata["game_id"].endswith(".tw-pddl")
+
+
+def test_the_task_api_refuses_splits_an_env_does_not_declare_without_building_one(shared_data):
+    """WebShop's split is a plain string: a made-up one used to build an env, answer 500 and log a
+    traceback. Its splits now come from the env (under verl-agent's protocol: train and test)."""
+    data = shared_data / "webshop"
+    with running_server(
+        "HGPO-WebShop-v0", f"data_path={data}", "protocol=verl-agent", "split=test", token=TOKEN
+    ) as (url, _):
+        for split in ("made-up", "eval"):
+            started = time.monotonic()
+            status, reply = post(url, json.dumps({"split": split}).encode(), env_id="HGPO-WebShop-v0")
+            assert status == 400 and time.monotonic() - started < 2, (split, status, reply)
+        status, reply = post(url, b'{"split": "test"}', env_id="HGPO-WebShop-v0")
+        assert status == 200 and b"500" in reply, reply  # the papers' 500 test goals

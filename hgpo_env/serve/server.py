@@ -219,18 +219,14 @@ class TaskCatalog:
     def splits(self) -> list[str]:
         with self._lock:
             if self._splits is None:
-                hint = self._read(
-                    self.env_kwargs, lambda env: typing.get_type_hints(type(env).__init__).get("split")
-                )
-                literal = typing.get_origin(hint) is typing.Literal
-                self._splits = list(typing.get_args(hint)) if literal else []
+                self._splits = self._read(self.env_kwargs, declared_splits)
             return list(self._splits)
 
     def count(self, split: str) -> int | None:
-        """Tasks in ``split`` (None: unbounded); a split the env does not name is refused
+        """Tasks in ``split`` (None: unbounded); a split the env does not declare is refused
         before any env is built, so strangers cannot make the server build envs at will."""
         named = self.splits()
-        if named and split not in named:
+        if split not in named:
             raise IndexError(f"no split {reprlib.repr(split)}: this env has {named}")
         with self._lock:
             if split not in self._counts:
@@ -246,6 +242,18 @@ class TaskCatalog:
             return read(made.unwrapped)
         finally:
             made.close()
+
+
+def declared_splits(env: Any) -> list[str]:
+    """The splits an (unwrapped) env serves: its ``splits`` attribute where it declares them (they
+    may depend on its arguments), else the ``Literal`` choices of its ``split`` parameter, else
+    the one split it was made with (an env without a ``split`` has none)."""
+    if getattr(env, "splits", None):
+        return list(env.splits)
+    hint = typing.get_type_hints(type(env).__init__).get("split")
+    if typing.get_origin(hint) is typing.Literal:
+        return list(typing.get_args(hint))
+    return [env.split] if isinstance(getattr(env, "split", None), str) else []
 
 
 @contextlib.contextmanager

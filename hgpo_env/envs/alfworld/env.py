@@ -30,7 +30,7 @@ from hgpo_env.core import TextEnv
 from hgpo_env.data import data_home
 from hgpo_env.envs.alfworld.compiled import CompileCache, GameSource
 from hgpo_env.envs.alfworld.engine import Engine
-from hgpo_env.envs.alfworld.games import GameDataError, GameRecord, list_games
+from hgpo_env.envs.alfworld.games import SPLITS, GameDataError, GameRecord, list_games
 from hgpo_env.envs.alfworld.locate import locate
 from hgpo_env.envs.alfworld.tracker import HouseholdNotes
 
@@ -96,6 +96,7 @@ class ALFWorldEnv(TextEnv):
             max_steps=max_steps, success_reward=success_reward, render_mode=render_mode, protocol=protocol
         )
         self.split = split
+        self.splits = SPLITS  # what a server's Task API offers
         self.check_admissible = check_admissible and protocol == "strict"
         self._cache = compile_cache(disk_cache)
         self.data = locate(split, data_path, self._cache)

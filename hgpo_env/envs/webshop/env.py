@@ -107,6 +107,7 @@ class WebShopEnv(TextEnv):
         self.catalog = load_catalog(data_path, num_products)
         self.split = split
         splits = VERL_AGENT_SPLITS if protocol == "verl-agent" else SPLITS
+        self.splits = tuple(splits)  # what a server's Task API offers
         self.goals = split_goals(shuffled_goals(self.catalog, human_goals), split, splits)
         if not self.goals:
             kind = "human" if human_goals else "synthetic"
