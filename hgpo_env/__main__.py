@@ -79,6 +79,11 @@ def server_settings_problem(args: argparse.Namespace) -> str | None:
     """One line for server settings that could serve nothing, else None."""
     if not 0 < args.port < 2**16:
         return f"--port {args.port}: a TCP port is 1 to 65535"
+    if args.ssl_keyfile and not args.ssl_certfile:
+        return "--ssl-keyfile needs --ssl-certfile"
+    for flag, path in (("--ssl-certfile", args.ssl_certfile), ("--ssl-keyfile", args.ssl_keyfile)):
+        if path and not Path(path).is_file():
+            return f"{flag} {path}: no such file"
     for flag, value in (
         ("--max-sessions", args.max_sessions),
         ("--limit-concurrency", args.limit_concurrency),
@@ -123,6 +128,8 @@ def serve(args: argparse.Namespace) -> int:
             keep_alive=args.keep_alive,
             limit_concurrency=args.limit_concurrency,
             allow_origins=args.allow_origin or (),
+            ssl_certfile=args.ssl_certfile,
+            ssl_keyfile=args.ssl_keyfile,
         )
     except BAD_ENV as error:
         print(f"error: {error}", file=sys.stderr)
@@ -209,6 +216,12 @@ def main(argv: list[str] | None = None) -> int:
         help="serve a non-loopback address without a token (a trusted network only)",
     )
     server.add_argument("--port", type=int, default=8000)
+    server.add_argument(
+        "--ssl-certfile", default=None, help="serve https and wss with this certificate (PEM)"
+    )
+    server.add_argument(
+        "--ssl-keyfile", default=None, help="the certificate's private key (PEM), if not in --ssl-certfile"
+    )
     server.add_argument("--max-sessions", type=int, default=64, help="concurrent episodes at most")
     server.add_argument(
         "--session-timeout", type=float, default=None, help="reclaim sessions idle this long (s)"

@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -28,16 +29,22 @@ def free_port() -> int:
 
 
 def wait_healthy(
-    url: str, process: subprocess.Popen, log: Path, timeout: float = 60.0, token: str | None = None
+    url: str,
+    process: subprocess.Popen,
+    log: Path,
+    timeout: float = 60.0,
+    token: str | None = None,
+    ca_file: str | None = None,
 ) -> None:
     deadline = time.monotonic() + timeout
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    context = ssl.create_default_context(cafile=ca_file) if ca_file else None
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"server exited with {process.returncode}:\n{log.read_text()}")
         try:
             request = urllib.request.Request(f"{url}/health", headers=headers)
-            with urllib.request.urlopen(request, timeout=1) as answer:
+            with urllib.request.urlopen(request, timeout=1, context=context) as answer:
                 if answer.status == 200:
                     return
         except OSError:
@@ -47,16 +54,21 @@ def wait_healthy(
 
 @contextlib.contextmanager
 def running_server(
-    env_id: str = "HGPO-Rooms-v0", *args: str, token: str | None = None, port: int | None = None
+    env_id: str = "HGPO-Rooms-v0",
+    *args: str,
+    token: str | None = None,
+    port: int | None = None,
+    ca_file: str | None = None,
 ) -> Iterator[tuple[str, subprocess.Popen]]:
     """A server subprocess (the tests folder importable, for ``byo_envs:Id``; with ``token``, a
-    token file; on ``port``, or a free one); yields its base URL and process, and stops it (by
-    pid) after."""
+    token file; on ``port``, or a free one; ``ca_file``: it serves https with a certificate that
+    CA signed); yields its base URL and process, and stops it (by pid) after."""
     port = port or free_port()
     with tempfile.TemporaryDirectory(prefix="hgpo-serve-") as folder:
         log = Path(folder) / "server.log"
         if token is not None:
             (Path(folder) / "token").write_text(token + "\n")
+            (Path(folder) / "token").chmod(0o600)
             args = (*args, "--token-file", str(Path(folder) / "token"))
         tests = str(Path(__file__).resolve().parent)
         environment = {
@@ -72,9 +84,9 @@ def running_server(
                 cwd=folder,
                 env=environment,
             )
-        url = f"http://127.0.0.1:{port}"
+        url = f"{'https' if ca_file else 'http'}://127.0.0.1:{port}"
         try:
-            wait_healthy(url, process, log, token=token)
+            wait_healthy(url, process, log, token=token, ca_file=ca_file)
             yield url, process
         finally:
             if process.poll() is None:

@@ -10,6 +10,7 @@ import stat
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from serve_helpers import running_server, ws_request
@@ -150,6 +151,7 @@ def test_an_empty_allowed_range_is_refused():
         (["HGPO-Rooms-v0", "--max-sessions", "0"], "--max-sessions 0: it must be at least 1"),
         (["HGPO-Rooms-v0", "--session-timeout", "-1"], "--session-timeout -1.0: it must be a positive"),
         (["HGPO-Rooms-v0", "--allow", "max_steps=10..1"], "low bound is above the high one"),
+        (["HGPO-Rooms-v0", "--ssl-certfile", "/no/cert.pem"], "--ssl-certfile /no/cert.pem: no such file"),
     ],
 )
 def test_bad_command_lines_are_one_line(argv, said, tmp_path, monkeypatch, capsys):
@@ -199,3 +201,61 @@ def test_the_task_api_refuses_splits_an_env_does_not_declare_without_building_on
             assert status == 400 and time.monotonic() - started < 2, (split, status, reply)
         status, reply = post(url, b'{"split": "test"}', env_id="HGPO-WebShop-v0")
         assert status == 200 and b"500" in reply, reply  # the papers' 500 test goals
+
+
+def self_signed(folder: Path) -> tuple[str, str]:
+    """A certificate for 127.0.0.1 signed by its own key (it is its own CA); (cert, key) paths."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return str(cert_path), str(key_path)
+
+
+def test_tls_serves_wss_and_clients_verify_the_certificate(tmp_path, monkeypatch):
+    """The token never crosses the network in clear text: https/wss with a certificate the client
+    checks (here a self-signed one, trusted through SSL_CERT_FILE, OpenSSL's own variable)."""
+    from hgpo_env.serve.client import RemoteEnv
+
+    cert, key = self_signed(tmp_path)
+    tls = ("--ssl-certfile", cert, "--ssl-keyfile", key)
+    with running_server("HGPO-Rooms-v0", "history_length=2", *tls, token=TOKEN, ca_file=cert) as (url, _):
+        assert url.startswith("https://")
+        monkeypatch.setenv("SSL_CERT_FILE", cert)
+        env = RemoteEnv([url], token=TOKEN, env_id="HGPO-Rooms-v0")
+        try:
+            prompt, info = env.reset(seed=0)
+            assert prompt and info["fingerprints"] and env.step("look")[0]
+        finally:
+            env.close()
+        monkeypatch.delenv("SSL_CERT_FILE")  # a client that does not trust the certificate stops
+        with pytest.raises(Exception, match="CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
+            urllib.request.urlopen(f"{url}/health", timeout=10)

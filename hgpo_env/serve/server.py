@@ -293,6 +293,8 @@ class InlineHGPOEnvironment(HGPOEnvironment):
         return self.step(action)
 
 
+MAX_FRAME_BYTES = 4 * 2**20
+"""Largest WebSocket frame a server reads: a response at the cap (``MAX_RESPONSE_CHARS``) with room to spare."""
 MAX_ERROR_CHARS = 2000
 """Longest env error a client is sent (an env may echo the client's own huge input)."""
 HTTP_SESSION_ROUTES = frozenset({"/reset", "/step", "/state", "/mcp"})
@@ -365,10 +367,16 @@ def serve(
     keep_alive: float = 5.0,
     limit_concurrency: int | None = None,
     allow_origins: Sequence[str] = (),
+    ssl_certfile: str | None = None,
+    ssl_keyfile: str | None = None,
 ) -> None:
     """Serve until SIGINT or SIGTERM, which stop taking sessions and close the open ones; print
     one line with the URL once sessions are accepted. A ``host`` other machines can reach needs
-    a ``token``, or ``insecure``."""
+    a ``token``, or ``insecure``; ``ssl_certfile`` (and ``ssl_keyfile``) serve ``https``/``wss``,
+    so the token does not cross the network in clear text.
+
+    WebSocket frames are capped at :data:`MAX_FRAME_BYTES` and never compressed: with
+    permessage-deflate, 15 KB on the wire inflated to 15 MB and held every session for seconds."""
     check_bind(host, token, insecure)
     app = build_app(
         env_id,
@@ -386,11 +394,15 @@ def serve(
         host=host,
         port=port,
         log_level="warning",
-        ws_max_size=16 * 2**20,
+        ws_max_size=MAX_FRAME_BYTES,
+        ws_per_message_deflate=False,
         timeout_keep_alive=keep_alive,
         limit_concurrency=limit_concurrency,
+        ssl_certfile=ssl_certfile,
+        ssl_keyfile=ssl_keyfile,
     )
-    ready = f"serving {import_env_module(env_id)} at http://{host}:{port} ({max_sessions} sessions"
+    scheme = "https" if ssl_certfile else "http"
+    ready = f"serving {import_env_module(env_id)} at {scheme}://{host}:{port} ({max_sessions} sessions"
     ready += ", token required)" if token else ", no token)"
     _AnnouncingServer(config, ready).run()
 
