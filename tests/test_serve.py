@@ -109,8 +109,18 @@ BAD = [
     ("not json", "INVALID_JSON"),
     (json.dumps({"type": "dance"}), "UNKNOWN_TYPE"),
     (json.dumps({"type": "step", "data": {"response": 5}}), "VALIDATION_ERROR"),
-    (json.dumps({"type": "step", "data": {"response": "x" * 10_000_000}}), "EXECUTION_ERROR"),
-    (json.dumps({"type": "reset", "data": {"sed": 1}}), "EXECUTION_ERROR"),  # a typo is refused, not dropped
+    (json.dumps({"type": "step", "data": {"response": "x" * 1_000_001}}), "EXECUTION_ERROR"),  # over the cap
+    (json.dumps({"type": "reset", "data": {"sed": 1}}), "VALIDATION_ERROR"),  # a typo is refused, not dropped
+    # what pydantic would answer with every input echoed, and parse on the event loop
+    (
+        json.dumps({"type": "step", "data": {"response": "x", **{f"k{i}": i for i in range(100_000)}}}),
+        "VALIDATION_ERROR",
+    ),
+    (
+        json.dumps({"type": "step", "data": {"response": "x", "metadata": {"a": list(range(20_000))}}}),
+        "VALIDATION_ERROR",
+    ),
+    (json.dumps({"type": "step", "extra": 1, "data": {"response": "x"}}), "VALIDATION_ERROR"),
     (json.dumps({"type": "reset", "data": {"env_id": "HGPO-WebShop-v0"}}), "EXECUTION_ERROR"),
     # frames OpenEnv's own loop cannot read, which used to end the session (FrameGuard answers them)
     ("[1, 2]", "VALIDATION_ERROR"),
@@ -138,6 +148,19 @@ def test_bad_messages_get_an_error_reply_and_every_session_goes_on(rooms_server)
         after = ws_request(bad, "step", {"response": "look"})  # step after done
         assert after["type"] == "error" and "episode is over" in after["data"]["message"]
         assert ws_request(bad, "reset", {"seed": 0})["type"] == "observation"  # the session still works
+
+
+def test_a_frame_over_the_cap_closes_only_its_connection(rooms_server):
+    """A frame is read whole before anything can answer it: the server stops reading one over
+    4 MiB and drops that connection (the protocol's answer; the client sees the close or a reset),
+    the other sessions go on."""
+    ws_url = rooms_server.replace("http", "ws") + "/ws"
+    with connect(ws_url, max_size=None) as bad, connect(ws_url) as good:
+        ws_request(good, "reset", {"seed": 0, "task_id": 10_001})
+        with pytest.raises((ConnectionClosed, OSError)):
+            bad.send(json.dumps({"type": "step", "data": {"response": "x" * 10_000_000}}))
+            bad.recv(timeout=30)
+        assert ws_request(good, "step", {"response": "<action>look</action>"})["type"] == "observation"
 
 
 def test_64_concurrent_sessions_each_play_their_own_task(rooms_server):
