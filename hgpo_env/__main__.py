@@ -90,7 +90,12 @@ def server_settings_problem(args: argparse.Namespace) -> str | None:
     ):
         if value is not None and value < 1:
             return f"{flag} {value}: it must be at least 1"
-    for flag, value in (("--session-timeout", args.session_timeout), ("--keep-alive", args.keep_alive)):
+    seconds = (
+        ("--session-timeout", args.session_timeout),
+        ("--keep-alive", args.keep_alive),
+        ("--request-timeout", args.request_timeout),
+    )
+    for flag, value in seconds:
         if value is not None and not value > 0:
             return f"{flag} {value}: it must be a positive number of seconds"
     return None
@@ -130,6 +135,8 @@ def serve(args: argparse.Namespace) -> int:
             allow_origins=args.allow_origin or (),
             ssl_certfile=args.ssl_certfile,
             ssl_keyfile=args.ssl_keyfile,
+            request_timeout=args.request_timeout,
+            max_pending_per_address=args.max_pending_per_address,
         )
     except BAD_ENV as error:
         print(f"error: {error}", file=sys.stderr)
@@ -228,6 +235,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     server.add_argument(
         "--keep-alive", type=float, default=5.0, help="close idle HTTP connections after this long (s)"
+    )
+    server.add_argument(
+        "--request-timeout",
+        type=float,
+        default=10.0,
+        help="close a connection whose request headers are not complete this long after they start (s)",
+    )
+    server.add_argument(
+        "--max-pending-per-address",
+        type=int,
+        default=32,
+        help="connections one client address may hold before their request headers are complete",
     )
     server.add_argument(
         "--limit-concurrency",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import stat
 import time
 import urllib.error
@@ -259,3 +260,66 @@ def test_tls_serves_wss_and_clients_verify_the_certificate(tmp_path, monkeypatch
         monkeypatch.delenv("SSL_CERT_FILE")  # a client that does not trust the certificate stops
         with pytest.raises(Exception, match="CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
             urllib.request.urlopen(f"{url}/health", timeout=10)
+
+
+def stranger(url: str, source: str, sent: bytes = b"") -> socket.socket:
+    """A TCP connection to the server from the loopback address ``source``, having sent ``sent``."""
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=10, source_address=(source, 0))
+    if sent:
+        sock.sendall(sent)
+    return sock
+
+
+def closed_by_server(sock: socket.socket, within: float) -> bool:
+    """Whether the server closes ``sock`` within ``within`` seconds (without answering)."""
+    sock.settimeout(within)
+    try:
+        return sock.recv(1024) == b""
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+    finally:
+        sock.close()
+
+
+@pytest.fixture(scope="module")
+def strict_server():
+    limits = ("--request-timeout", "1", "--max-pending-per-address", "4")
+    with running_server("HGPO-Rooms-v0", "history_length=2", *limits, token=TOKEN) as (url, _):
+        yield url
+
+
+def test_connections_that_never_finish_a_request_are_closed_and_token_holders_play(strict_server):
+    silent = [stranger(strict_server, "127.0.0.2") for _ in range(2)]
+    half = [stranger(strict_server, "127.0.0.2", b"GET /health HTTP/1.1\r\nHost: x\r\n") for _ in range(2)]
+    with connect(ws_url(strict_server), additional_headers={"Authorization": f"Bearer {TOKEN}"}) as ws:
+        assert ws_request(ws, "reset", {"seed": 0})["type"] == "observation"
+        started = time.monotonic()
+        assert all(closed_by_server(sock, within=5) for sock in silent + half)
+        assert time.monotonic() - started < 4  # the 1 s deadline, not the keep-alive or never
+        assert ws_request(ws, "step", {"response": "look"})["type"] == "observation"  # held all along
+
+
+def test_one_address_cannot_hold_more_than_its_share(strict_server):
+    held = [stranger(strict_server, "127.0.0.3") for _ in range(4)]
+    extra = stranger(strict_server, "127.0.0.3")
+    assert closed_by_server(extra, within=0.5)  # refused at once: the address has 4 pending
+    request = urllib.request.Request(f"{strict_server}/health", headers={"Authorization": f"Bearer {TOKEN}"})
+    with urllib.request.urlopen(request, timeout=10) as answer:  # another address is served
+        assert answer.status == 200
+    for sock in held:
+        sock.close()
+
+
+def test_an_oversized_upgrade_header_is_answered(strict_server):
+    sock = stranger(strict_server, "127.0.0.4")
+    sock.sendall(
+        b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+        + f"Authorization: Bearer {TOKEN}\r\nX-Long: {'a' * 9000}\r\n\r\n".encode()
+    )
+    sock.settimeout(5)
+    assert sock.recv(1024).startswith(b"HTTP/1.1 431 ")
+    sock.close()

@@ -32,6 +32,7 @@ import hgpo_env  # noqa: F401  (registers the HGPO-* ids)
 from hgpo_env.registration import import_env_module
 from hgpo_env.serve.auth import BearerAuth, check_bind
 from hgpo_env.serve.choices import Allowed, ClientChoices, redact
+from hgpo_env.serve.connections import guarded_protocol
 from hgpo_env.serve.frames import FrameGuard
 from hgpo_env.serve.guards import BodyLimit, OriginCheck
 from hgpo_env.serve.idle import IdleClose
@@ -369,6 +370,8 @@ def serve(
     allow_origins: Sequence[str] = (),
     ssl_certfile: str | None = None,
     ssl_keyfile: str | None = None,
+    request_timeout: float = 10.0,
+    max_pending_per_address: int = 32,
 ) -> None:
     """Serve until SIGINT or SIGTERM, which stop taking sessions and close the open ones; print
     one line with the URL once sessions are accepted. A ``host`` other machines can reach needs
@@ -376,7 +379,10 @@ def serve(
     so the token does not cross the network in clear text.
 
     WebSocket frames are capped at :data:`MAX_FRAME_BYTES` and never compressed: with
-    permessage-deflate, 15 KB on the wire inflated to 15 MB and held every session for seconds."""
+    permessage-deflate, 15 KB on the wire inflated to 15 MB and held every session for seconds.
+    A connection must complete its request's headers within ``request_timeout`` seconds, and an
+    address may hold ``max_pending_per_address`` connections that have not
+    (:mod:`~hgpo_env.serve.connections`)."""
     check_bind(host, token, insecure)
     app = build_app(
         env_id,
@@ -394,6 +400,7 @@ def serve(
         host=host,
         port=port,
         log_level="warning",
+        http=guarded_protocol(request_timeout, max_pending_per_address),
         ws_max_size=MAX_FRAME_BYTES,
         ws_per_message_deflate=False,
         timeout_keep_alive=keep_alive,

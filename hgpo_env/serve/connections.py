@@ -1,0 +1,92 @@
+"""Connections strangers cannot use up: a deadline for each request's headers, a cap per address.
+
+uvicorn times out a connection only between requests (``--keep-alive``): one that never sends a
+complete request, a silent socket or half-sent headers, is held for ever, before any token is
+checked. A few hundred of them exhausted the server's open files and locked token holders out.
+:func:`guarded_protocol` makes uvicorn's HTTP/1.1 protocol (h11) close a connection whose request
+headers are not complete within ``deadline_s`` of its opening (or of the data that starts its
+next request), and refuse an address more than ``per_address`` such incomplete connections at
+once; a connection whose headers are complete (a request or a WebSocket upgrade, where the token
+is checked) no longer counts. A WebSocket upgrade with a header line longer than WebSocket
+servers read (8 KiB) gets 431 rather than silence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+MAX_UPGRADE_HEADER_LINE = 8190
+"""Longest header line the WebSocket handshake reads (the ``websockets`` library's limit)."""
+
+
+def guarded_protocol(deadline_s: float, per_address: int) -> type[H11Protocol]:
+    """An ``H11Protocol`` class (uvicorn's ``http=``) with these limits; one per server, which
+    counts the incomplete connections of each client address."""
+    pending: Counter[str] = Counter()
+
+    class GuardedH11Protocol(H11Protocol):
+        _timer: asyncio.TimerHandle | None = None
+        _address: str | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._address = self.client[0] if self.client else "?"
+            if pending[self._address] >= per_address:
+                self._address = None  # never counted
+                transport.close()
+                return
+            self._start_deadline()
+
+        def _start_deadline(self) -> None:
+            if self._timer is None and self._address is not None:
+                pending[self._address] += 1
+                self._timer = self.loop.call_later(deadline_s, self._expired)
+
+        def _headers_done(self) -> None:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+                pending[self._address] -= 1
+                if pending[self._address] <= 0:
+                    del pending[self._address]
+
+        def _expired(self) -> None:
+            self._timer = None
+            pending[self._address] -= 1
+            if pending[self._address] <= 0:
+                del pending[self._address]
+            self.transport.close()
+
+        def data_received(self, data: bytes) -> None:
+            if self.cycle is None or self.cycle.response_complete:  # the start of a next request
+                self._start_deadline()
+            super().data_received(data)
+            if self.cycle is not None and not self.cycle.response_complete:
+                self._headers_done()  # h11 parsed the headers: the app (and its token check) has it
+
+        def handle_websocket_upgrade(self, event: h11.Request) -> None:
+            self._headers_done()
+            if any(len(name) + len(value) + 2 > MAX_UPGRADE_HEADER_LINE for name, value in self.headers):
+                self._send_status(431, b"a header line is longer than 8190 bytes")
+                return
+            super().handle_websocket_upgrade(event)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._headers_done()
+            super().connection_lost(exc)
+
+        def _send_status(self, status: int, message: bytes) -> None:
+            headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")]
+            for event in (
+                h11.Response(status_code=status, headers=headers),
+                h11.Data(data=message),
+                h11.EndOfMessage(),
+            ):
+                self.transport.write(self.conn.send(event))
+            self.transport.close()
+
+    return GuardedH11Protocol
