@@ -6,15 +6,16 @@ checked. A few hundred of them exhausted the server's open files and locked toke
 :func:`guarded_protocol` makes uvicorn's HTTP/1.1 protocol (h11) close a connection whose request
 headers are not complete within ``deadline_s`` of its opening (or of the data that starts its
 next request), and refuse an address more than ``per_address`` such incomplete connections at
-once; a connection whose headers are complete (a request or a WebSocket upgrade, where the token
-is checked) no longer counts. A WebSocket upgrade with a header line longer than WebSocket
+once (counting those incomplete for over a second: a burst of sessions is not refused); a
+connection whose headers are complete (a request or a WebSocket upgrade, where the token is
+checked) no longer counts. A WebSocket upgrade with a header line longer than WebSocket
 servers read (8 KiB) gets 431 rather than silence.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import Counter
+from collections import defaultdict
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -25,40 +26,44 @@ MAX_UPGRADE_HEADER_LINE = 8190
 
 def guarded_protocol(deadline_s: float, per_address: int) -> type[H11Protocol]:
     """An ``H11Protocol`` class (uvicorn's ``http=``) with these limits; one per server, which
-    counts the incomplete connections of each client address."""
-    pending: Counter[str] = Counter()
+    tracks the incomplete connections of each client address.
+
+    Only connections incomplete for longer than :func:`stale_after` count against
+    ``per_address``: a trainer opening hundreds of sessions at once completes each handshake in
+    milliseconds and is never refused; sockets held open without a request are."""
+    stale_s = stale_after(deadline_s)
+    pending: dict[str, dict[H11Protocol, float]] = defaultdict(dict)
 
     class GuardedH11Protocol(H11Protocol):
         _timer: asyncio.TimerHandle | None = None
-        _address: str | None = None
+        _address = "?"
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._address = self.client[0] if self.client else "?"
-            if pending[self._address] >= per_address:
-                self._address = None  # never counted
+            now = self.loop.time()
+            if sum(now - began > stale_s for began in pending[self._address].values()) >= per_address:
                 transport.close()
                 return
             self._start_deadline()
 
         def _start_deadline(self) -> None:
-            if self._timer is None and self._address is not None:
-                pending[self._address] += 1
+            if self._timer is None and not self.transport.is_closing():
+                pending[self._address][self] = self.loop.time()
                 self._timer = self.loop.call_later(deadline_s, self._expired)
 
         def _headers_done(self) -> None:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
-                pending[self._address] -= 1
-                if pending[self._address] <= 0:
+            held = pending.get(self._address)
+            if held is not None:
+                held.pop(self, None)
+                if not held:
                     del pending[self._address]
 
         def _expired(self) -> None:
-            self._timer = None
-            pending[self._address] -= 1
-            if pending[self._address] <= 0:
-                del pending[self._address]
+            self._headers_done()
             self.transport.close()
 
         def data_received(self, data: bytes) -> None:
@@ -81,12 +86,18 @@ def guarded_protocol(deadline_s: float, per_address: int) -> type[H11Protocol]:
 
         def _send_status(self, status: int, message: bytes) -> None:
             headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")]
-            for event in (
+            events = (
                 h11.Response(status_code=status, headers=headers),
                 h11.Data(data=message),
                 h11.EndOfMessage(),
-            ):
+            )
+            for event in events:
                 self.transport.write(self.conn.send(event))
             self.transport.close()
 
     return GuardedH11Protocol
+
+
+def stale_after(deadline_s: float) -> float:
+    """How long a connection may be incomplete before it counts against its address's cap."""
+    return min(1.0, deadline_s / 2)
