@@ -8,6 +8,7 @@ import http.client
 import json
 import socket
 import stat
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -332,3 +333,53 @@ def test_an_oversized_upgrade_header_is_answered(strict_server):
     sock.settimeout(5)
     assert sock.recv(1024).startswith(b"HTTP/1.1 431 ")
     sock.close()
+
+
+COMPACT = {"separators": (",", ":")}
+WORST_FRAMES = {
+    "two million values": json.dumps(
+        {"type": "step", "data": {"response": "x", "metadata": {"v": [1] * 1_900_000}}}, **COMPACT
+    ),
+    "one long response": json.dumps({"type": "step", "data": {"response": "x" * 4_000_000}}),
+    "deep nesting": '{"type": "step", "data": {"response": "x", "metadata": {"v": '
+    + "[" * 1_900_000
+    + "]" * 1_900_000
+    + "}}}",
+    "two hundred thousand keys": json.dumps(
+        {"type": "step", "data": {f"k{i}": i for i in range(230_000)}}, **COMPACT
+    ),
+}
+"""The costliest frames under the 4 MiB cap: to parse, to validate, to answer."""
+
+
+@pytest.mark.parametrize("worst", sorted(WORST_FRAMES))
+def test_a_bystanders_steps_stay_fast_while_a_client_sends_the_worst_frames(server, worst):
+    frame = WORST_FRAMES[worst]
+    assert len(frame) < 4 * 2**20
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    stop = threading.Event()
+
+    def attack() -> None:
+        with connect(ws_url(server), additional_headers=headers, max_size=None) as bad:
+            while not stop.is_set():
+                bad.send(frame)
+                answer = json.loads(bad.recv(timeout=60))
+                assert answer["type"] == "error" and len(json.dumps(answer)) < 2_000
+
+    with connect(ws_url(server), additional_headers=headers) as ws:
+        ws_request(ws, "reset", {"seed": 0, "task_id": 10_001})
+        attacker = threading.Thread(target=attack)
+        attacker.start()
+        latencies = []
+        try:
+            for _ in range(60):
+                started = time.monotonic()
+                answer = ws_request(ws, "step", {"response": "<action>look</action>"})
+                latencies.append(time.monotonic() - started)
+                assert answer["type"] == "observation", answer
+                if answer["data"]["done"]:
+                    ws_request(ws, "reset", {"seed": 0, "task_id": 10_001})
+        finally:
+            stop.set()
+            attacker.join(120)
+    assert max(latencies) < 0.05, f"{worst}: {max(latencies) * 1000:.0f} ms"
