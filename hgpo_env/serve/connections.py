@@ -41,11 +41,20 @@ def guarded_protocol(deadline_s: float, per_address: int) -> type[H11Protocol]:
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._address = self.client[0] if self.client else "?"
-            now = self.loop.time()
-            if sum(now - began > stale_s for began in pending[self._address].values()) >= per_address:
+            if self._stale_at_address() >= per_address:
                 transport.close()
                 return
             self._start_deadline()
+
+        def _stale_at_address(self) -> int:
+            """Incomplete connections of this address older than ``stale_s``, up to the cap: they
+            are kept in the order they started, so the count stops at the first fresh one."""
+            now, stale = self.loop.time(), 0
+            for began in pending[self._address].values():
+                if now - began <= stale_s or stale >= per_address:
+                    break
+                stale += 1
+            return stale
 
         def _start_deadline(self) -> None:
             if self._timer is None and not self.transport.is_closing():
