@@ -16,6 +16,7 @@ import json
 import os
 import stat
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +118,14 @@ class BearerAuth:
                 {"type": "websocket.close", "code": AUTH_CLOSE_CODE, "reason": "missing or wrong token"}
             )
         else:
-            body = json.dumps({"detail": "missing or wrong bearer token"}).encode()
-            headers = [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer")]
-            await send({"type": "http.response.start", "status": 401, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
+            await refuse_http(send, 401, "missing or wrong bearer token", [(b"www-authenticate", b"Bearer")])
+
+
+async def refuse_http(
+    send: Any, status: int, detail: str, headers: Sequence[tuple[bytes, bytes]] = ()
+) -> None:
+    """Answer an HTTP request with ``status`` and ``{"detail": detail}``, before any route sees it."""
+    body = json.dumps({"detail": detail}).encode()
+    start = [(b"content-type", b"application/json"), *headers]
+    await send({"type": "http.response.start", "status": status, "headers": start})
+    await send({"type": "http.response.body", "body": body})

@@ -11,22 +11,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
-from hgpo_env.serve.auth import AUTH_CLOSE_CODE
+from hgpo_env.serve.auth import AUTH_CLOSE_CODE, refuse_http
 
 MAX_BODY_BYTES = 2**20
 """Largest HTTP request body any route takes."""
-
-
-async def _refuse(send: Any, status: int, detail: str) -> None:
-    body = json.dumps({"detail": detail}).encode()
-    await send(
-        {"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]}
-    )
-    await send({"type": "http.response.body", "body": body})
 
 
 class BodyLimit:
@@ -43,7 +34,7 @@ class BodyLimit:
         too_big = f"request body over {self.max_bytes} bytes"
         declared = dict(scope.get("headers") or ()).get(b"content-length", b"")
         if declared.isdigit() and int(declared) > self.max_bytes:
-            await _refuse(send, 413, too_big)
+            await refuse_http(send, 413, too_big)
             return
         chunks, size = [], 0
         while True:  # a body without a length (chunked) is counted as it comes
@@ -52,7 +43,7 @@ class BodyLimit:
                 return  # the client left
             size += len(message.get("body", b""))
             if size > self.max_bytes:
-                await _refuse(send, 413, too_big)
+                await refuse_http(send, 413, too_big)
                 return
             chunks.append(message.get("body", b""))
             if not message.get("more_body"):
