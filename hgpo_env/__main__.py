@@ -94,6 +94,7 @@ def server_settings_problem(args: argparse.Namespace) -> str | None:
         ("--session-timeout", args.session_timeout),
         ("--keep-alive", args.keep_alive),
         ("--request-timeout", args.request_timeout),
+        ("--send-timeout", args.send_timeout),
     )
     for flag, value in seconds:
         if value is not None and not value > 0:
@@ -137,6 +138,7 @@ def serve(args: argparse.Namespace) -> int:
             ssl_keyfile=args.ssl_keyfile,
             request_timeout=args.request_timeout,
             max_pending_per_address=args.max_pending_per_address,
+            send_timeout=args.send_timeout,
         )
     except BAD_ENV as error:
         print(f"error: {error}", file=sys.stderr)
@@ -247,6 +249,12 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=32,
         help="connections one client address may hold before their request headers are complete",
+    )
+    server.add_argument(
+        "--send-timeout",
+        type=float,
+        default=30.0,
+        help="drop a WebSocket whose replies have waited this long unread (s)",
     )
     server.add_argument(
         "--limit-concurrency",

@@ -4,6 +4,7 @@ server and OpenEnv's real protocol, or the real command line."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import socket
@@ -16,7 +17,8 @@ from pathlib import Path
 
 import pytest
 from serve_helpers import running_server, ws_request
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.frames import Frame, Opcode
 from websockets.sync.client import connect
 
 from hgpo_env.serve.auth import MIN_REMOTE_TOKEN_CHARS, check_bind, read_token
@@ -152,6 +154,7 @@ def test_an_empty_allowed_range_is_refused():
         (["HGPO-Rooms-v0", "--limit-concurrency", "0"], "--limit-concurrency 0: it must be at least 1"),
         (["HGPO-Rooms-v0", "--max-sessions", "0"], "--max-sessions 0: it must be at least 1"),
         (["HGPO-Rooms-v0", "--session-timeout", "-1"], "--session-timeout -1.0: it must be a positive"),
+        (["HGPO-Rooms-v0", "--send-timeout", "0"], "--send-timeout 0.0: it must be a positive"),
         (["HGPO-Rooms-v0", "--allow", "max_steps=10..1"], "low bound is above the high one"),
         (["HGPO-Rooms-v0", "--ssl-certfile", "/no/cert.pem"], "--ssl-certfile /no/cert.pem: no such file"),
     ],
@@ -383,3 +386,66 @@ def test_a_bystanders_steps_stay_fast_while_a_client_sends_the_worst_frames(serv
             stop.set()
             attacker.join(120)
     assert max(latencies) < 0.05, f"{worst}: {max(latencies) * 1000:.0f} ms"
+
+
+def non_reader(url: str, source: str) -> socket.socket:
+    """A token holder's WebSocket that plays a reset, then sends ``state`` requests and reads
+    none of the replies, until the server stops reading too."""
+    upgrade = (
+        "GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+        f"Authorization: Bearer {TOKEN}\r\n\r\n"
+    )
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the server's writes stall soon
+    sock.settimeout(10)
+    sock.bind((source, 0))
+    sock.connect(("127.0.0.1", int(url.rsplit(":", 1)[1])))
+    sock.sendall(upgrade.encode())
+    assert sock.recv(4096).startswith(b"HTTP/1.1 101 ")
+    message = {"type": "reset", "data": {"seed": 0}}
+    sock.sendall(Frame(Opcode.TEXT, json.dumps(message).encode()).serialize(mask=True))
+    state = Frame(Opcode.TEXT, b'{"type": "state"}').serialize(mask=True)
+    sock.settimeout(0.5)
+    with contextlib.suppress(TimeoutError):
+        while True:
+            sock.sendall(state)
+    return sock
+
+
+def first_answer(url: str) -> dict:
+    """A token holder's answer to a reset on a new connection (a full server closes it)."""
+    try:
+        with connect(ws_url(url), additional_headers={"Authorization": f"Bearer {TOKEN}"}) as ws:
+            return ws_request(ws, "reset", {"seed": 0})
+    except ConnectionClosed as closed:
+        return {"type": "closed", "reason": str(closed)}
+
+
+def rss_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(status.split("VmRSS:")[1].split()[0]) / 1024
+
+
+def test_clients_that_never_read_their_replies_hold_bounded_memory_and_are_dropped():
+    """Every session held by a client that stopped reading: the server's memory stays flat, and
+    after --send-timeout the connections are dropped and a token holder gets a session (without it,
+    no --session-timeout, they were held for ever)."""
+    send_timeout = 4
+    limits = ("--max-sessions", "4", "--send-timeout", str(send_timeout))
+    with running_server("HGPO-Rooms-v0", "history_length=2", *limits, token=TOKEN) as (url, process):
+        before = rss_mib(process.pid)
+        stalled = [non_reader(url, "127.0.0.5") for _ in range(4)]
+        last_stalled = time.monotonic()
+        assert rss_mib(process.pid) - before < 32
+        deadline = time.monotonic() + 15
+        while (answer := first_answer(url))["type"] != "observation":  # the server is full
+            assert time.monotonic() < deadline, f"no session freed: {answer}"
+            time.sleep(0.25)
+        time.sleep(max(0.0, last_stalled + send_timeout + 1 - time.monotonic()))
+        for sock in stalled:  # reading now reads what the server wrote before it dropped them
+            sock.settimeout(10)
+            with contextlib.suppress(ConnectionResetError):
+                while sock.recv(2**20):
+                    pass
+            sock.close()

@@ -10,6 +10,11 @@ once (counting those incomplete for over a second: a burst of sessions is not re
 connection whose headers are complete (a request or a WebSocket upgrade, where the token is
 checked) no longer counts. A WebSocket upgrade with a header line longer than WebSocket
 servers read (8 KiB) gets 431 rather than silence.
+
+A WebSocket whose client stops reading holds one reply in memory and its socket for ever: the
+session's handler waits for the write buffer to drain, and closing the socket waits for it too.
+:func:`unread_replies_dropped` makes uvicorn's WebSocket protocol drop (abort) a connection whose
+replies have waited unread for ``deadline_s``; its session ends as for a client that left.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from collections import defaultdict
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 MAX_UPGRADE_HEADER_LINE = 8190
 """Longest header line the WebSocket handshake reads (the ``websockets`` library's limit)."""
@@ -110,3 +116,34 @@ def guarded_protocol(deadline_s: float, per_address: int) -> type[H11Protocol]:
 def stale_after(deadline_s: float) -> float:
     """How long a connection may be incomplete before it counts against its address's cap."""
     return min(1.0, deadline_s / 2)
+
+
+def unread_replies_dropped(deadline_s: float) -> type[WebSocketsSansIOProtocol]:
+    """A WebSocket protocol class (uvicorn's ``ws=``) that aborts a connection whose write buffer
+    stays over its high-water mark (the client reads none of its replies) for ``deadline_s``.
+
+    A client that sends one message and reads its answer never fills the buffer; one that sends
+    without reading fills it within a few replies, and then holds at most the buffer."""
+
+    class UnreadRepliesDropped(WebSocketsSansIOProtocol):
+        _stalled: asyncio.TimerHandle | None = None
+
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            if self._stalled is None:
+                self._stalled = self.loop.call_later(deadline_s, self.transport.abort)
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            self._cancel_stall()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._cancel_stall()
+            super().connection_lost(exc)
+
+        def _cancel_stall(self) -> None:
+            if self._stalled is not None:
+                self._stalled.cancel()
+                self._stalled = None
+
+    return UnreadRepliesDropped

@@ -101,6 +101,13 @@ def _checker() -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
 
 
+def stop_checker() -> None:
+    """Stop the frame-check process, if a large frame started one (at the server's shutdown)."""
+    if _checker.cache_info().currsize:
+        _checker().shutdown(cancel_futures=True)
+        _checker.cache_clear()
+
+
 class FrameGuard:
     """ASGI middleware for the WebSocket routes: answers unreadable frames, passes the rest on."""
 

@@ -32,8 +32,8 @@ import hgpo_env  # noqa: F401  (registers the HGPO-* ids)
 from hgpo_env.registration import import_env_module
 from hgpo_env.serve.auth import BearerAuth, check_bind
 from hgpo_env.serve.choices import Allowed, ClientChoices, redact
-from hgpo_env.serve.connections import guarded_protocol
-from hgpo_env.serve.frames import FrameGuard
+from hgpo_env.serve.connections import guarded_protocol, unread_replies_dropped
+from hgpo_env.serve.frames import FrameGuard, stop_checker
 from hgpo_env.serve.guards import BodyLimit, OriginCheck
 from hgpo_env.serve.idle import IdleClose
 from hgpo_env.serve.wire import MAX_RESPONSE_CHARS, HGPOAction, HGPOObservation, info_to_wire
@@ -372,6 +372,7 @@ def serve(
     ssl_keyfile: str | None = None,
     request_timeout: float = 10.0,
     max_pending_per_address: int = 32,
+    send_timeout: float = 30.0,
 ) -> None:
     """Serve until SIGINT or SIGTERM, which stop taking sessions and close the open ones; print
     one line with the URL once sessions are accepted. A ``host`` other machines can reach needs
@@ -381,7 +382,8 @@ def serve(
     WebSocket frames are capped at :data:`MAX_FRAME_BYTES` and never compressed: with
     permessage-deflate, 15 KB on the wire inflated to 15 MB and held every session for seconds.
     A connection must complete its request's headers within ``request_timeout`` seconds, and an
-    address may hold ``max_pending_per_address`` connections that have not
+    address may hold ``max_pending_per_address`` connections that have not; a WebSocket whose
+    replies wait unread for ``send_timeout`` seconds is dropped
     (:mod:`~hgpo_env.serve.connections`)."""
     check_bind(host, token, insecure)
     app = build_app(
@@ -401,6 +403,7 @@ def serve(
         port=port,
         log_level="warning",
         http=guarded_protocol(request_timeout, max_pending_per_address),
+        ws=unread_replies_dropped(send_timeout),
         ws_max_size=MAX_FRAME_BYTES,
         ws_per_message_deflate=False,
         timeout_keep_alive=keep_alive,
@@ -411,7 +414,10 @@ def serve(
     scheme = "https" if ssl_certfile else "http"
     ready = f"serving {import_env_module(env_id)} at {scheme}://{host}:{port} ({max_sessions} sessions"
     ready += ", token required)" if token else ", no token)"
-    _AnnouncingServer(config, ready).run()
+    try:
+        _AnnouncingServer(config, ready).run()
+    finally:
+        stop_checker()
 
 
 class _AnnouncingServer(uvicorn.Server):
