@@ -25,7 +25,7 @@ import gymnasium as gym
 
 from hgpo_env.adapter import TextAdapter
 from hgpo_env.core import TextEnv
-from hgpo_env.info import AGENT_KEYS, RESET_KEYS
+from hgpo_env.info import RESET_KEYS, STEP_KEYS
 
 PROBES = ("look", "inventory", "wait", "help")
 """Commands tried on free-form envs without an expert."""
@@ -242,7 +242,7 @@ class _Checker:
                 )
                 for t, info in enumerate(infos, start=1):
                     self.report.problems += _contract_problems(
-                        info, AGENT_KEYS, self.history_length, f"{where} step {t}"
+                        info, STEP_KEYS, self.history_length, f"{where} step {t}"
                     )
                 self.texts.append([info.get("state_text", "") for info in [reset_info, *infos]])
                 for info in [reset_info, *infos]:

@@ -14,6 +14,10 @@ Definition (format version 1):
   ``observations`` (the grouping of the released HGPO code).
 * Level 0 of step t is ``state_t``; level k is ``H(u64(level_{k-1}) + u64(record_{t-k}))``.
 * A digest that comes out 0 is replaced by 1: 0 is reserved for "level not shown".
+* The action key of a step is ``H(field(lower(action)))`` seeded with
+  ``xxh3_64("hgpo-action|v1|<family>")`` (whatever the mode and state source), or ``H`` of the
+  missing-action prefix when the response held no action: one key for every unparseable
+  response, apart from every command.
 
 So two steps share level k exactly when their current states and their k previous steps agree
 (up to 64-bit collisions), each step's text is hashed once, and a step costs O(K) hash calls.
@@ -67,7 +71,7 @@ def _field(text: str) -> bytes:
 class Fingerprinter:
     """Hashes states and step records for one environment family and mode."""
 
-    __slots__ = ("_with_actions", "family", "mode", "seed", "state_source")
+    __slots__ = ("_action_seed", "_with_actions", "family", "mode", "seed", "state_source")
 
     def __init__(self, family: str, mode: str = "observations_actions", state_source: str = "text") -> None:
         if mode not in FINGERPRINT_MODES:
@@ -83,6 +87,7 @@ class Fingerprinter:
         if state_source != "text":
             salt += f"|{state_source}"
         self.seed = xxhash.xxh3_64_intdigest(salt.encode())
+        self._action_seed = xxhash.xxh3_64_intdigest(f"hgpo-action|v{FORMAT_VERSION}|{family}".encode())
         self._with_actions = mode == "observations_actions"
 
     def _hash(self, data: bytes) -> int:
@@ -102,6 +107,11 @@ class Fingerprinter:
             return state
         action_field = _NO_ACTION if action is None else _field(action)
         return self._hash(_U64.pack(state) + action_field)
+
+    def action(self, action: str | None) -> int:
+        """Key of the command a step executed, case and spacing aside (None: no command parsed)."""
+        data = _NO_ACTION if action is None else _field(action.lower())
+        return xxhash.xxh3_64_intdigest(data, self._action_seed) or 1
 
     def levels(self, state: int, past_records: Sequence[int], num_levels: int) -> tuple[int, ...]:
         """Keys of levels 0..num_levels-1 for the current state.

@@ -1,7 +1,8 @@
 """The ``info`` contract shared by every HGPO-* environment.
 
 Every key below is present in the ``info`` dict of ``reset`` and ``step`` of an env made with
-``gymnasium.make("HGPO-...")`` (``initial_fingerprint`` on ``reset`` only). The plain text env
+``gymnasium.make("HGPO-...")`` (``initial_fingerprint`` on ``reset`` only, ``action_key`` on
+``step`` only). The plain text env
 (``env.unwrapped``) provides the first group; the response parser and the memory wrapper add the
 rest. Trainers should read these names from here rather than spell them out.
 """
@@ -50,6 +51,17 @@ class AgentInfo(EnvInfo):
     """How many past steps the prompt shows (at most K; fewer early on or under a token budget)."""
 
 
+class StepInfo(AgentInfo):
+    """``step`` adds the key of the action it executed."""
+
+    action_key: int
+    """64-bit key of the command the env received (``parsed_action``, lower-cased and
+    whitespace-collapsed; :meth:`hgpo_env.fingerprint.Fingerprinter.action`): equal for the same
+    command in any state, run or machine; one key shared by every response that held no command.
+    With level 0 of this step's fingerprints and of the next step's (the state it led to) it is a
+    transition (state, action, next state)."""
+
+
 class ResetInfo(AgentInfo):
     """``reset`` adds a key that lets a trainer verify a task group."""
 
@@ -59,6 +71,7 @@ class ResetInfo(AgentInfo):
 
 ENV_KEYS: tuple[str, ...] = tuple(EnvInfo.__annotations__)
 AGENT_KEYS: tuple[str, ...] = tuple(AgentInfo.__annotations__)
+STEP_KEYS: tuple[str, ...] = tuple(StepInfo.__annotations__)
 RESET_KEYS: tuple[str, ...] = tuple(ResetInfo.__annotations__)
 
 

@@ -183,6 +183,7 @@ class KStepMemory(gym.Wrapper[str, str, str, str]):
             info["parsed_action"] = canonical_text(action) or None
         self._steps_taken += 1
         parsed = info["parsed_action"]
+        info["action_key"] = self.fingerprinter.action(parsed)
         record = self.fingerprinter.record(self._state, parsed)
         self._history.append(PastStep(self._steps_taken, self._observation, parsed, record))
         return self._observe(obs, info), reward, terminated, truncated, info

@@ -1,4 +1,4 @@
-"""GRPO, GiGPO, HGPO and GraphGPO step advantages over columnar arrays (shared/HGPO_SPEC.md).
+"""GRPO, GiGPO, HGPO, GraphGPO and G2PO step advantages over columnar arrays (shared/HGPO_SPEC.md).
 
 One row is one step sample. Inputs are numpy arrays (torch tensors and lists are converted),
 outputs are float64 numpy arrays in row order. Ids (group, rollout) may be ints or strings.
@@ -29,13 +29,15 @@ from typing import Any, Literal
 import numpy as np
 
 Mode = Literal["mean_norm", "mean_std_norm"]
-Estimator = Literal["grpo", "gigpo", "hgpo", "graphgpo"]
+Estimator = Literal["grpo", "gigpo", "hgpo", "graphgpo", "g2po"]
 StepReturn = Literal["discounted", "graph"]
 MODES: tuple[str, ...] = ("mean_norm", "mean_std_norm")
-ESTIMATORS: tuple[str, ...] = ("grpo", "gigpo", "hgpo", "graphgpo")
+ESTIMATORS: tuple[str, ...] = ("grpo", "gigpo", "hgpo", "graphgpo", "g2po")
 STEP_RETURNS: tuple[str, ...] = ("discounted", "graph")
 GRAPH_RETURN_SCALE = 10.0
 """GraphGPO's step return at distance 0 (the recipe's constant: ALFWorld's win reward)."""
+G2PO_SUCCESS_REWARD = 10.0
+"""The episode reward G2PO's code counts as success, and the value of its success terminal."""
 
 EPS = 1e-6
 """Added to the std and to the weight sum, as in the released code."""
@@ -559,6 +561,72 @@ def hgpo_advantages(
     return num / (den + EPS)
 
 
+def _positions(rollout: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's 0-based step in its rollout and its rollout's length (rows in chronological order)."""
+    order = np.argsort(rollout, kind="stable")
+    lengths = np.bincount(rollout)
+    starts = np.cumsum(lengths) - lengths
+    position = np.empty(len(rollout), dtype=np.int64)
+    position[order] = np.arange(len(rollout)) - starts[rollout[order]]
+    return position, lengths[rollout]
+
+
+def _next_rows(rollout: np.ndarray) -> np.ndarray:
+    """Each row's next row in its rollout, -1 on a rollout's last row."""
+    order = np.argsort(rollout, kind="stable")
+    after = np.full(len(rollout), -1, dtype=np.int64)
+    continues = rollout[order[1:]] == rollout[order[:-1]]
+    after[order[:-1][continues]] = order[1:][continues]
+    return after
+
+
+def g2po_advantages(
+    rewards: Any,
+    traj_ids: Any,
+    group_ids: Any,
+    states: Any,
+    invalid: Any = None,
+    mode: Mode = "mean_std_norm",
+    gamma: float = 0.95,
+    invalid_penalty: float = 0.1,
+    step_weight: float = 1.0,
+    success_reward: float = G2PO_SUCCESS_REWARD,
+) -> np.ndarray:
+    """G2PO, as its released code (Nala-YN/G2PO ``g2po/core_g2po.py``) computes it.
+
+    Steps of a task group that act in one state (level 0 of ``states``) form a state group whose
+    value is the mean over its steps of ``gamma ** (T - t) * E``: ``E`` the rollout's episode
+    reward (the sum of its rewards, before invalid penalties), ``T`` its length, ``t`` the step's
+    0-based position, so a rollout's last step is discounted once. A step leads to the state group
+    of the next step of its rollout; a last step to a terminal worth ``success_reward`` when
+    ``E == success_reward`` exactly (the code's success test) and 0 otherwise. The advantage is
+    GRPO's episode term (as :func:`grpo_advantages`) plus ``step_weight`` times (a) the value led
+    to minus the step's invalid penalty, normalised within the state group (0 in a group of one),
+    and (b) that value minus the state group's own, normalised over the task group. Statistics
+    use the unbiased std. ``traj_ids`` must identify rollouts uniquely across the batch.
+    """
+    _check_mode(mode)
+    r = _values(rewards, "rewards")
+    n = len(r)
+    rollout = _codes(traj_ids, "traj_ids", n)
+    groups = _codes(group_ids, "group_ids", n)
+    g = _real(gamma, "gamma", 0.0, 1.0)
+    w = _real(step_weight, "step_weight")
+    success = _real(success_reward, "success_reward")
+    penalty = _penalties(invalid, invalid_penalty, n)
+    episode = np.bincount(rollout, weights=r)[rollout]
+    position, length = _positions(rollout)
+    state = pair_codes(groups, as_fingerprints(states, n)[:, 0])
+    members = np.bincount(state)
+    value = np.bincount(state, weights=g ** (length - position).astype(np.float64) * episode) / members
+    after = _next_rows(rollout)
+    terminal = np.where(episode == success, success, 0.0)
+    value_next = np.where(after >= 0, value[state[np.maximum(after, 0)]], terminal)
+    within_state = _normalise(value_next - penalty, state, mode, ddof=1)
+    gain = _normalise(value_next - value[state], groups, mode, ddof=1)
+    return _grpo(episode - penalty, groups, mode) + w * (within_state + gain)
+
+
 # --------------------------------------------------------------------------- trainer entry
 
 
@@ -571,7 +639,8 @@ class AdvantageConfig:
     return among steps of the task in the same state (plus GRPO's episode term); ``hgpo`` the
     discounted return at K+1 context levels; ``graphgpo`` is GiGPO's grouping with the graph
     return (:func:`graph_returns`). ``step_return`` swaps the return of the three stepwise ones,
-    e.g. ``hgpo`` with ``graph``: graph returns under HGPO's context hierarchy.
+    e.g. ``hgpo`` with ``graph``: graph returns under HGPO's context hierarchy. ``g2po`` credits
+    the value of the state a step leads to (:func:`g2po_advantages`).
     """
 
     estimator: Estimator = "hgpo"
@@ -590,6 +659,9 @@ class AdvantageConfig:
     """``discounted`` or ``graph``; None: the estimator's own (``graph`` for graphgpo)."""
     normalize_distance: bool = False
     """Graph returns: ``gamma ** (d(next) - d(state) + 1)`` instead of ``gamma ** d(next)``."""
+    success_reward: float = G2PO_SUCCESS_REWARD
+    """G2PO: the episode reward that counts as success (its code's constant, the win reward of
+    verl-agent's ALFWorld and WebShop and of every env here)."""
 
     def __post_init__(self) -> None:
         if self.estimator not in ESTIMATORS:
@@ -604,9 +676,10 @@ class AdvantageConfig:
             raise ValueError(f"weight_offset must be > 0, got {self.weight_offset!r}")
         if self.step_return is not None and self.step_return not in STEP_RETURNS:
             raise ValueError(f"unknown step_return {self.step_return!r}; expected one of {STEP_RETURNS}")
-        if self.step_return is not None and self.estimator == "grpo":
+        _real(self.success_reward, "success_reward")
+        if self.step_return is not None and self.estimator in ("grpo", "g2po"):
             raise ValueError(
-                "grpo credits the episode score; step_return applies to gigpo, hgpo and graphgpo"
+                f"{self.estimator} credits its own returns; step_return applies to gigpo, hgpo and graphgpo"
             )
 
     @property
@@ -641,6 +714,19 @@ def compute_advantages(
     if fingerprints is None:
         raise ValueError(f"the {config.estimator} estimator needs fingerprints")
     fingerprints = as_fingerprints(fingerprints, len(r))
+    if config.estimator == "g2po":
+        return g2po_advantages(
+            r,
+            rollouts,
+            groups,
+            fingerprints,
+            invalid,
+            config.mode,
+            config.gamma,
+            config.invalid_penalty,
+            config.step_weight,
+            config.success_reward,
+        )
     if config.returns == "graph":
         if next_states is None:
             raise ValueError("graph returns need each step's next-state key (next_states)")

@@ -80,6 +80,8 @@ class StepBatch:
     next_state: np.ndarray
     """uint64 (n,): level 0 of the fingerprints the step returned, the key of the state it led to
     (the terminal observation's on a rollout's last step); graph returns read it."""
+    action_key: np.ndarray
+    """uint64 (n,): the key of the command each step executed (``info["action_key"]``)."""
     outcome: np.ndarray
     """str (n,): how the row's rollout ended (:data:`hgpo_train.rollout.OUTCOMES`: won, lost,
     truncated, env_error)."""
@@ -101,6 +103,7 @@ class StepBatch:
             "invalid": self.invalid,
             "fingerprints": self.fingerprints,
             "next_state": self.next_state,
+            "action_key": self.action_key,
             "outcome": self.outcome,
             "prompt_ids": self.prompt_ids,
             "response_ids": self.response_ids,

@@ -604,14 +604,15 @@ def describe_options() -> str:
 
 
 ADVANTAGE_DOCS = {
-    "estimator": "grpo (episode level), gigpo (episode + level-0 step groups), hgpo (K+1 context levels) "
-    "or graphgpo (gigpo's groups, distance-to-success returns in the task's state graph).",
+    "estimator": "grpo (episode level), gigpo (episode + level-0 step groups), hgpo (K+1 context levels), "
+    "graphgpo (gigpo's groups, distance-to-success returns in the task's state graph) "
+    "or g2po (the value of the state a step leads to, within its state and its task).",
     "invalid_penalty": "Subtracted from the return of a step whose response was invalid.",
     "mode": "mean_norm or mean_std_norm inside groups (paper: ALFWorld mean_std_norm, WebShop mean_norm).",
     "alpha": "HGPO level weights grow as L**alpha (0: uniform).",
     "base_group": "HGPO: add the episode-level (GRPO) item to every row.",
     "weight_offset": "HGPO: level k has length L = k + weight_offset (released code: 2).",
-    "step_weight": "GiGPO and GraphGPO: weight of the step-level advantage.",
+    "step_weight": "GiGPO, GraphGPO and G2PO: weight of the step-level advantage.",
 }
 """Help lines of :class:`~hgpo_train.advantage.AdvantageConfig`, whose fields carry no docstrings."""
 

@@ -146,6 +146,8 @@ class EpisodeStep(Generic[R]):
     next_state: int = 0
     """Level 0 of the fingerprints the step returned: the key of the state it led to (the terminal
     observation's on a last step; 0 where the env failed)."""
+    action_key: int = 0
+    """The key of the command the step executed (``info["action_key"]``; 0 where the env failed)."""
 
 
 @dataclass
@@ -214,6 +216,7 @@ def play_episodes(
                     float(result.reward),
                     not failed and not result.info.get("action_valid", False),
                     int(result.info["fingerprints"][0]) if "fingerprints" in result.info else 0,
+                    int(result.info.get("action_key", 0)),
                 )
             )
             prompts[i], infos[i] = result.obs, result.info
@@ -250,8 +253,8 @@ def progress_lines(
 def step_columns(episodes: Sequence[Episode[Any]]) -> dict[str, np.ndarray]:
     """The advantage estimators' input columns of ``episodes``, one row per step in episode order:
     ``group_id``, ``traj_id`` (the member), ``step``, ``reward``, ``invalid``, ``fingerprints``
-    (uint64, n x (K+1)), ``next_state`` (uint64, the key of the state each step led to) and
-    ``outcome`` (how the step's rollout ended, one of :data:`OUTCOMES`); pass them to
+    (uint64, n x (K+1)), ``next_state`` (uint64, the key of the state each step led to),
+    ``action_key`` (uint64, the key of the command it executed) and ``outcome`` (how the step's rollout ended, one of :data:`OUTCOMES`); pass them to
     :func:`hgpo_train.advantage.compute_advantages`."""
     steps = [(e, k, s) for e in episodes for k, s in enumerate(e.steps)]
     levels = len(steps[0][2].fingerprints) if steps else 1
@@ -263,6 +266,7 @@ def step_columns(episodes: Sequence[Episode[Any]]) -> dict[str, np.ndarray]:
         "invalid": np.array([s.invalid for _, _, s in steps], dtype=bool),
         "fingerprints": np.array([s.fingerprints for _, _, s in steps], dtype=np.uint64).reshape(-1, levels),
         "next_state": np.array([s.next_state for _, _, s in steps], dtype=np.uint64),
+        "action_key": np.array([s.action_key for _, _, s in steps], dtype=np.uint64),
         "outcome": np.array([e.outcome for e, _, _ in steps], dtype=f"<U{max(map(len, OUTCOMES))}"),
     }
 

@@ -146,6 +146,21 @@ def test_state_with_actions_follows_the_written_definition():
     assert plain.state("You arrive at fridge 1.", actions) == plain.state("You arrive at fridge 1.")
 
 
+def test_action_key_follows_the_written_definition():
+    """Lower-cased canonical command as a field, its own salt; one key for "no command"."""
+    seed = xxhash.xxh3_64_intdigest(b"hgpo-action|v1|alfworld")
+    command = "go to desk 1"
+    expected = xxhash.xxh3_64_intdigest(struct.pack("<Q", len(command)) + command.encode(), seed)
+    for mode, source in (("observations_actions", "text"), ("observations", "text_and_actions")):
+        fp = Fingerprinter("alfworld", mode, source)
+        assert fp.action("Go  to DESK 1 ") == fp.action("go to desk 1") == expected
+        assert fp.action(None) == xxhash.xxh3_64_intdigest(struct.pack("<Q", 2**64 - 1), seed)
+    fp = Fingerprinter("alfworld")
+    assert len({fp.action(None), fp.action(""), fp.action("go to desk 1"), fp.action("go to desk 2")}) == 4
+    assert fp.action("look") != Fingerprinter("rooms").action("look")
+    assert fp.action("look") not in (fp.state("look"), fp.record(fp.state("x"), "look"))
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="fingerprint mode"):
         Fingerprinter("rooms", "actions")

@@ -7,7 +7,7 @@ import pytest
 
 import hgpo_env  # noqa: F401  (registers the ids)
 from hgpo_env.fingerprint import MISSING, Fingerprinter
-from hgpo_env.info import AGENT_KEYS, RESET_KEYS
+from hgpo_env.info import RESET_KEYS, STEP_KEYS
 
 TASK = {"task_id": 10_007}
 
@@ -31,10 +31,25 @@ def test_info_contract_keys():
     env = make()
     _, info = env.reset(options=TASK)
     assert set(RESET_KEYS) <= set(info)
+    assert "action_key" not in info
     _, _, _, _, info = env.step("look")
-    assert set(AGENT_KEYS) <= set(info)
+    assert set(STEP_KEYS) <= set(info)
     assert isinstance(info["fingerprints"], tuple) and len(info["fingerprints"]) == 3
     assert info["fingerprint_mode"] == "observations_actions"
+
+
+def test_the_action_key_names_the_command_the_env_received():
+    """Responses that parse to one command share a key, in any state; unparseable ones share
+    another; the key is the wrapper's hash of ``parsed_action``."""
+    env = gym.make("HGPO-Rooms-v0", response_format="think_action")
+    env.reset(options=TASK)
+    keys = {}
+    for response in ("<action>look</action>", "<action> LOOK </action>", "no tags", "<action></action>"):
+        *_, info = env.step(response)
+        keys[response] = info["action_key"]
+        assert info["action_key"] == env.get_wrapper_attr("fingerprinter").action(info["parsed_action"])
+    assert keys["<action>look</action>"] == keys["<action> LOOK </action>"]
+    assert keys["no tags"] == keys["<action></action>"] != keys["<action>look</action>"]
 
 
 def test_window_holds_last_k_steps_and_the_prompt_shows_them():

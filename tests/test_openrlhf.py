@@ -88,6 +88,7 @@ def make_batch(seed: int = 0, groups: int = 3, size: int = 4, levels: int = 3) -
         invalid=np.array([r[4] for r in rows]),
         fingerprints=np.array([r[5] for r in rows], dtype=np.uint64),
         next_state=np.array([r[5][0] for r in rows], dtype=np.uint64),
+        action_key=np.ones(len(rows), np.uint64),
         outcome=np.full(n, "lost"),
         prompt_ids=[rng.integers(1, 50, size=p).astype(np.int32) for p, _ in lengths],
         response_ids=[np.append(rng.integers(1, 50, size=r - 1), END).astype(np.int32) for _, r in lengths],

@@ -228,6 +228,15 @@ def test_rollout_records_one_row_per_step_with_the_prompts_fingerprints(tiny):
         expected = "won" if won else "truncated" if truncated else "lost"
         assert set(batch.outcome[rows]) == {expected}
     assert set(batch.outcome) >= {"truncated"}  # a tiny random model runs out of its 5 steps
+    # one action key per command played, constrained to admissible ones: the key is the command's
+    commands = [
+        " ".join(tokenizer.decode(ids, skip_special_tokens=True).lower().split())
+        for ids in batch.response_ids
+    ]
+    assert (
+        len(set(zip(commands, batch.action_key.tolist()))) == len(set(commands)) == len(set(batch.action_key))
+    )
+    assert (batch.action_key != 0).all()
     assert set(batch.extras["timing"]) == {"env_s", "generate_s"}
     assert batch.metrics()["rollout/invalid_rate"] == 0.0
 

@@ -19,6 +19,7 @@ from hgpo_train.advantage import (
     ESTIMATORS,
     AdvantageConfig,
     episode_scores,
+    g2po_advantages,
     gigpo_advantages,
     graph_returns,
     grpo_advantages,
@@ -70,6 +71,19 @@ def reference_advantages(batch: StepBatch, config: AdvantageConfig) -> np.ndarra
     scores = episode_scores(batch.reward, rollouts, batch.invalid, config.invalid_penalty)
     if config.estimator == "grpo":
         return grpo_advantages(scores, batch.group_id, config.mode)
+    if config.estimator == "g2po":
+        return g2po_advantages(
+            batch.reward,
+            rollouts,
+            batch.group_id,
+            batch.fingerprints,
+            batch.invalid,
+            config.mode,
+            config.gamma,
+            config.invalid_penalty,
+            config.step_weight,
+            config.success_reward,
+        )
     if config.returns == "graph":
         returns = graph_returns(
             batch.reward,
@@ -109,16 +123,15 @@ def reference_advantages(batch: StepBatch, config: AdvantageConfig) -> np.ndarra
 def assert_estimator_matters(advantages: np.ndarray, batch: StepBatch, config: AdvantageConfig) -> None:
     """Every other estimator gives other advantages on this batch, so the comparison can fail.
 
-    Without a won episode, graph returns are the same for every step (all at distance 1), so
-    GraphGPO equals GiGPO there, as it should; that pair is then not compared.
+    Without a reward, graph returns are the same for every step (all at distance 1) and G2PO's
+    state values are all 0, so GraphGPO and G2PO equal GiGPO there (each credits only the invalid
+    penalty within the state), as they should; those are then not compared.
     """
     rollouts = batch.group_id * (int(batch.traj_id.max(initial=0)) + 1) + batch.traj_id
     others = set(ESTIMATORS) - {config.estimator}
-    if not (np.bincount(rollouts, weights=batch.reward) > 0).any() and config.estimator in (
-        "gigpo",
-        "graphgpo",
-    ):
-        others -= {"gigpo", "graphgpo"}
+    alike = {"gigpo", "graphgpo", "g2po"}
+    if not (np.bincount(rollouts, weights=batch.reward) > 0).any() and config.estimator in alike:
+        others -= alike
     for other in others:
         gap = np.abs(advantages - reference_advantages(batch, replace(config, estimator=other))).max()
         assert gap > 1e-3, f"{config.estimator} and {other} agree on this batch: it cannot tell them apart"
@@ -215,6 +228,15 @@ def test_rooms_iteration_checkpoint_exact_resume_and_eval(tmp_path, capsys):
     assert 0.0 <= results["metrics"]["success_rate"] <= 1.0
     assert any(k.startswith("success_rate/") for k in results["metrics"])
     assert '"success_rate"' in capsys.readouterr().out
+
+
+def test_g2po_trains_an_iteration(tmp_path):
+    trainer = _trainer("rooms", tmp_path, ROOMS + ["advantage.estimator=g2po", "train.iterations=1"])
+    try:
+        result = _one_iteration_checks(trainer)
+        assert_estimator_matters(result.advantages, result.batch, trainer.config.advantage)
+    finally:
+        trainer.close()
 
 
 def test_rooms_lora_reference_and_resume(tmp_path):

@@ -83,6 +83,7 @@ def step_batch(prompt_ids: list[np.ndarray], response_ids: list[np.ndarray], cho
         invalid=np.zeros(n, bool),
         fingerprints=np.ones((n, 1), np.uint64),
         next_state=np.ones(n, np.uint64),
+        action_key=np.ones(n, np.uint64),
         outcome=np.full(n, "lost"),
         prompt_ids=prompt_ids,
         response_ids=response_ids,

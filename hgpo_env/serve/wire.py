@@ -3,9 +3,9 @@
 The action is the model's raw response; the observation carries the prompt, the reward, ``done``
 and, in ``metadata``, every ``info`` key of the env plus ``terminated`` and ``truncated`` (the
 OpenEnv wire has ``done`` only). 64-bit fingerprints do not survive JSON readers that parse
-numbers as doubles (JavaScript, many others), so ``fingerprints``, ``initial_fingerprint`` and
-``task_key`` travel as decimal strings; :func:`info_from_wire` turns them back into ints. A value JSON cannot
-hold (in an env's own ``env_info``) is sent as its ``repr``.
+numbers as doubles (JavaScript, many others), so ``fingerprints``, ``initial_fingerprint``,
+``task_key`` and ``action_key`` travel as decimal strings; :func:`info_from_wire` turns them back
+into ints. A value JSON cannot hold (in an env's own ``env_info``) is sent as its ``repr``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from hgpo_env.info import RESET_KEYS
 
 MAX_RESPONSE_CHARS = 1_000_000
 """Longest response a server steps with; a longer one gets an error reply (not echoed back)."""
-_INTEGER_KEYS = ("initial_fingerprint", "task_key")
+_INTEGER_KEYS = ("initial_fingerprint", "task_key", "action_key")
 
 
 class HGPOAction(Action):
