@@ -1,4 +1,4 @@
-"""How close GRPO, GiGPO, HGPO and GraphGPO step advantages come to the true advantage, on HGPO-Rooms-v0.
+"""How close GRPO, GiGPO, HGPO, GraphGPO and G2PO step advantages come to the true advantage, on HGPO-Rooms-v0.
 
     python benchmarks/estimator_bias.py [--seeds 5] [--groups 16] [--continuations 32] [--quick]
 
@@ -25,7 +25,9 @@ the sampled ones, which leaves the error of its baseline. ``A = 0`` is the refer
 predicts no advantage at all. GraphGPO and HGPO with graph returns credit a step with
 ``10 * 0.1 ** distance-to-success`` in the task's state graph, not with the discounted return the
 truth is measured in: their MSE is on another scale (shown, not comparable) and they have no
-systematic MSE; their Spearman is comparable. Every number is the mean ± std over seeds of a statistic over all
+systematic MSE; their Spearman is comparable. G2PO credits a step with the value of the state it
+led to, computed from the batch's episode rewards (its own discounting), so it has no systematic MSE
+either. Every number is the mean ± std over seeds of a statistic over all
 steps of the seed's batch. ``--quick`` is a smoke run (seconds) that writes no files.
 """
 
@@ -51,6 +53,7 @@ from hgpo_env.registration import make_agent_env
 from hgpo_train.advantage import (
     AdvantageConfig,
     episode_scores,
+    g2po_advantages,
     gigpo_advantages,
     graph_returns,
     grpo_advantages,
@@ -297,6 +300,7 @@ def estimator_configs() -> dict[str, tuple[AdvantageConfig, int, str]]:
         "GRPO": (AdvantageConfig("grpo", **base), 0, FINGERPRINT_MODES[0]),
         "GiGPO": (AdvantageConfig("gigpo", **base), 0, FINGERPRINT_MODES[0]),
         "GraphGPO": (AdvantageConfig("graphgpo", **graph), 0, FINGERPRINT_MODES[0]),
+        "G2PO": (AdvantageConfig("g2po", **base), 0, FINGERPRINT_MODES[0]),
         "HGPO K=2 α=1 + graph returns": (
             AdvantageConfig("hgpo", step_return="graph", **graph),
             2,
@@ -312,9 +316,18 @@ def estimator_configs() -> dict[str, tuple[AdvantageConfig, int, str]]:
 
 
 def estimate(
-    config: AdvantageConfig, returns: np.ndarray, scores: np.ndarray, groups: np.ndarray, fp: np.ndarray
+    config: AdvantageConfig,
+    returns: np.ndarray,
+    scores: np.ndarray,
+    groups: np.ndarray,
+    fp: np.ndarray,
+    steps: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
-    """``config``'s advantages from given returns and episode scores (sampled or expected)."""
+    """``config``'s advantages from given returns and episode scores (sampled or expected); G2PO,
+    which computes its own values, from the batch's ``steps`` (rewards, rollouts, invalid flags)."""
+    if config.estimator == "g2po":
+        reward, traj, invalid = steps
+        return g2po_advantages(reward, traj, groups, fp, invalid, config.mode, config.gamma, INVALID_PENALTY)
     if config.estimator == "grpo":
         return grpo_advantages(scores, groups, config.mode)
     if config.estimator in ("gigpo", "graphgpo"):
@@ -366,6 +379,7 @@ def score_estimators(
         batch.column("q_return"),
         rewards_before(reward, traj) + batch.column("q_reward") - INVALID_PENALTY * invalid,
     )
+    steps = (reward, traj, invalid)
     zero = float(np.mean(truth**2))
     rows = {"A = 0 (reference)": {"mse": zero, "systematic_mse": zero, "bias": 0.0}}
     for name, (config, levels, mode) in estimator_configs().items():
@@ -376,16 +390,20 @@ def score_estimators(
             returns = graph_returns(
                 reward, traj, groups, fp[:, 0], after, config.gamma, invalid, INVALID_PENALTY
             )
-        advantages = estimate(config, returns, sampled[1], groups, fp)
+
+        advantages = estimate(config, returns, sampled[1], groups, fp, steps)
         error = advantages - truth
-        systematic = estimate(config, *expected, groups, fp) if config.returns != "graph" else None
+        own_returns = config.returns == "graph" or config.estimator == "g2po"
+        systematic = None if own_returns else estimate(config, *expected, groups, fp)
         rows[name] = {
             "mse": float(np.mean(error**2)),
             "systematic_mse": float(np.mean((systematic - truth) ** 2)) if systematic is not None else np.nan,
             "bias": float(np.mean(error)),
             "spearman": spearman(advantages, truth),
             "spearman_std": spearman(
-                estimate(dataclasses.replace(config, mode="mean_std_norm"), returns, sampled[1], groups, fp),
+                estimate(
+                    dataclasses.replace(config, mode="mean_std_norm"), returns, sampled[1], groups, fp, steps
+                ),
                 truth,
             ),
         }

@@ -1,4 +1,4 @@
-"""Step-level HGPO, GiGPO and GraphGPO as verl advantage estimators (verl 0.9; verl-agent through :func:`step_advantages`).
+"""Step-level HGPO, GiGPO, GraphGPO and G2PO as verl advantage estimators (verl 0.9; verl-agent through :func:`step_advantages`).
 
 verl's ``compute_advantage`` gives a registered estimator ``token_level_rewards``,
 ``response_mask``, ``config`` and ``index`` (``non_tensor_batch["uid"]``) only, so the per-step
@@ -50,7 +50,7 @@ STEP_FIELDS = {
 """Where :func:`attach_step_keys` reads each step's data in ``non_tensor_batch`` (verl-agent's names)."""
 NEXT_STATE_FIELD = "next_obs"
 """Where it reads each step's next anchor, when the batch has it (GraphGPO's rollout loop)."""
-ESTIMATOR_NAMES = ("hgpo", "gigpo", "graphgpo")
+ESTIMATOR_NAMES = ("hgpo", "gigpo", "graphgpo", "g2po")
 
 
 class StepKey(str):
@@ -122,7 +122,7 @@ def _level0(anchor: Any) -> int:
 def _columns(index: Any) -> dict[str, np.ndarray | None]:
     if index is None or not all(isinstance(key, StepKey) for key in index):
         raise ValueError(
-            "the hgpo/gigpo/graphgpo estimators need the steps' keys in non_tensor_batch['uid']: "
+            "the hgpo/gigpo/graphgpo/g2po estimators need the steps' keys in non_tensor_batch['uid']: "
             "call integrations.verl.attach_step_keys(batch) before compute_advantage"
         )
     has_next = all(k.next_state is not None for k in index)
@@ -178,9 +178,10 @@ def make_estimator(advantage: AdvantageConfig) -> Callable[..., tuple[Any, Any]]
 def register_estimators(
     advantage: AdvantageConfig | None = None, names: Sequence[str] = ESTIMATOR_NAMES
 ) -> None:
-    """Register step-level ``hgpo``, ``gigpo`` and ``graphgpo`` with verl (``algorithm.adv_estimator=hgpo``),
-    with ``advantage``'s settings (default: the paper's ALFWorld ones; ``step_return`` applies to
-    all three); calling it again replaces them."""
+    """Register step-level ``hgpo``, ``gigpo``, ``graphgpo`` and ``g2po`` with verl
+    (``algorithm.adv_estimator=hgpo``), with ``advantage``'s settings (default: the paper's ALFWorld
+    ones; ``step_return`` applies to the first three, and is dropped for ``g2po``); calling it
+    again replaces them."""
     base = advantage or AdvantageConfig()
     for name in names:
         if name not in ESTIMATOR_NAMES:
@@ -189,7 +190,10 @@ def register_estimators(
         if previous is not None and not getattr(previous, "hgpo_estimator", False):
             raise ValueError(f"verl already has an estimator named {name!r} that is not this project's")
         ADV_ESTIMATOR_REGISTRY.pop(name, None)
-        register_adv_est(name)(make_estimator(dataclasses.replace(base, estimator=name)))
+        step_return = None if name == "g2po" else base.step_return
+        register_adv_est(name)(
+            make_estimator(dataclasses.replace(base, estimator=name, step_return=step_return))
+        )
 
 
 def step_advantages(data: Any, advantage: AdvantageConfig) -> tuple[torch.Tensor, torch.Tensor]:

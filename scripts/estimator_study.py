@@ -1,4 +1,4 @@
-"""Does HGPO learn better where contexts disagree? GRPO, GiGPO, HGPO and GraphGPO on Rooms, same seeds.
+"""Does HGPO learn better where contexts disagree? GRPO, GiGPO, HGPO, GraphGPO and G2PO on Rooms, same seeds.
 
     python scripts/estimator_study.py                      # every run, then the table and plot
     python scripts/estimator_study.py --seeds 0 1 2 3      # fewer seeds (the summary says how many)
@@ -9,12 +9,13 @@ Everything below was fixed before any run; every other hyper-parameter is config
 
 * ``hidden`` (Rooms as it is: what the agent carries is not shown, so equal observations follow
   different histories): K = 2 with GRPO, GiGPO, HGPO, GraphGPO and HGPO with graph returns
-  (``hgpo_graph``; both graph estimators with gamma 0.1, added after the first five); K = 4 with
-  GiGPO and HGPO. The prompt
+  (``hgpo_graph``; both graph estimators with gamma 0.1, added after the first five) and G2PO
+  (added after those); K = 4 with GiGPO and HGPO. The prompt
   shows the last K steps for every estimator of that K.
 * ``shown`` (control: room descriptions end with what the agent carries, so the observation
-  reveals the state that history otherwise hides): K = 2 with GiGPO, HGPO and GraphGPO (whose
-  state graph is built on observations, so it is the setting where its nodes are real states).
+  reveals the state that history otherwise hides): K = 2 with GiGPO, HGPO, GraphGPO and G2PO
+  (whose state graph and state values are built on observations, so it is the setting where their
+  states are real states).
 
 HGPO runs once per K: with constrained decoding every command is admissible, and Rooms echoes each
 command in the next observation ("You take the red box."), so observation-only keys (the released
@@ -62,6 +63,7 @@ COLOURS = {
     "hgpo": "tab:green",
     "graphgpo": "tab:red",
     "hgpo_graph": "tab:purple",
+    "g2po": "tab:brown",
 }
 GRAPH_RETURNS = ["advantage.gamma=0.1"]
 """Graph returns' base, as GraphGPO's recipe sets it for ALFWorld."""
@@ -71,6 +73,7 @@ ESTIMATORS = {  # condition name: (advantage.estimator, its other overrides)
     "hgpo": ("hgpo", []),
     "graphgpo": ("graphgpo", GRAPH_RETURNS),
     "hgpo_graph": ("hgpo", ["advantage.step_return=graph", *GRAPH_RETURNS]),
+    "g2po": ("g2po", []),
 }
 COMMON = [
     f"train.eval_every={EVAL_EVERY}",
@@ -113,9 +116,9 @@ class Condition:
 
 
 CONDITIONS = [
-    *(Condition("hidden", 2, name) for name in ("grpo", "gigpo", "hgpo", "graphgpo", "hgpo_graph")),
+    *(Condition("hidden", 2, name) for name in ("grpo", "gigpo", "hgpo", "graphgpo", "hgpo_graph", "g2po")),
     *(Condition("hidden", 4, name) for name in ("gigpo", "hgpo")),
-    *(Condition("shown", 2, name) for name in ("gigpo", "hgpo", "graphgpo")),
+    *(Condition("shown", 2, name) for name in ("gigpo", "hgpo", "graphgpo", "g2po")),
 ]
 
 

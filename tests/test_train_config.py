@@ -142,6 +142,31 @@ def test_graphgpo_configs_are_the_recipes_scripts():
         assert (config.env.num_groups, config.env.group_size, config.train.iterations) == (16, 8, 150)
 
 
+def test_g2po_configs_are_its_scripts():
+    """Nala-YN/G2PO examples/g2po_trainer/run_{alfworld,webshop}.sh."""
+    for env, mode, steps, mini_batch, split in (
+        ("alfworld", "mean_std_norm", 50, 256, "valid_seen"),
+        ("webshop", "mean_norm", 15, 64, "test"),
+    ):
+        config = load_config(REPO / "configs" / f"{env}_qwen2.5-1.5b_g2po.yaml")
+        a = config.advantage
+        assert (a.estimator, a.gamma, a.mode, a.step_weight, a.invalid_penalty, a.success_reward) == (
+            "g2po",
+            0.95,
+            mode,
+            1.0,
+            0.1,
+            10.0,
+        )
+        assert (config.env.history_length, config.env.max_steps, config.update.mini_batch_size) == (
+            2,
+            steps,
+            mini_batch,
+        )
+        assert (config.env.num_groups, config.env.group_size, config.train.iterations) == (16, 8, 100)
+        assert (config.eval.env_kwargs["split"], config.eval.temperature) == (split, 0.4)
+
+
 def test_help_explains_every_key():
     text = build_parser().format_help()
     for line in describe_options().splitlines():

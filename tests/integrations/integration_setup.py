@@ -10,6 +10,7 @@ import numpy as np
 from hgpo_train.advantage import (
     AdvantageConfig,
     episode_scores,
+    g2po_advantages,
     gigpo_advantages,
     graph_returns,
     grpo_advantages,
@@ -60,6 +61,11 @@ def reference_advantages(
     scores = episode_scores(rewards, rollouts, invalid, config.invalid_penalty)
     if config.estimator == "grpo":
         return grpo_advantages(scores, groups, config.mode)
+    if config.estimator == "g2po":
+        return g2po_advantages(
+            rewards, rollouts, groups, fingerprints, invalid, config.mode, config.gamma,
+            config.invalid_penalty, config.step_weight, config.success_reward,
+        )  # fmt: skip
     if config.returns == "graph":
         returns = graph_returns(
             rewards, rollouts, groups, fingerprints[:, 0], next_states, config.gamma, invalid,

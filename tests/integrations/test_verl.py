@@ -103,7 +103,7 @@ def expected(rollout: dict, config: AdvantageConfig) -> np.ndarray:
 
 @pytest.mark.parametrize(
     ("estimator", "step_return"),
-    [("hgpo", None), ("gigpo", None), ("graphgpo", None), ("hgpo", "graph")],
+    [("hgpo", None), ("gigpo", None), ("graphgpo", None), ("hgpo", "graph"), ("g2po", None)],
 )
 @pytest.mark.parametrize("mode", ["mean_norm", "mean_std_norm"])
 def test_verls_compute_advantage_runs_the_registered_estimator(rollout, estimator, step_return, mode):
