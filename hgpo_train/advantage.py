@@ -608,23 +608,44 @@ def g2po_advantages(
     _check_mode(mode)
     r = _values(rewards, "rewards")
     n = len(r)
-    rollout = _codes(traj_ids, "traj_ids", n)
-    groups = _codes(group_ids, "group_ids", n)
-    g = _real(gamma, "gamma", 0.0, 1.0)
-    w = _real(step_weight, "step_weight")
-    success = _real(success_reward, "success_reward")
-    penalty = _penalties(invalid, invalid_penalty, n)
+    return _g2po(
+        r,
+        _codes(traj_ids, "traj_ids", n),
+        _codes(group_ids, "group_ids", n),
+        as_fingerprints(states, n)[:, 0],
+        _penalties(invalid, invalid_penalty, n),
+        mode,
+        _real(gamma, "gamma", 0.0, 1.0),
+        _real(step_weight, "step_weight"),
+        _real(success_reward, "success_reward"),
+    )[0]
+
+
+def _g2po(
+    r: np.ndarray,
+    rollout: np.ndarray,
+    groups: np.ndarray,
+    states: np.ndarray,
+    penalty: np.ndarray,
+    mode: str,
+    gamma: float,
+    step_weight: float,
+    success_reward: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """G2PO's advantages and what it credits each step with: the value of the state it led to,
+    minus its invalid penalty (see :func:`g2po_advantages`)."""
     episode = np.bincount(rollout, weights=r)[rollout]
     position, length = _positions(rollout)
-    state = pair_codes(groups, as_fingerprints(states, n)[:, 0])
+    state = pair_codes(groups, states)
     members = np.bincount(state)
-    value = np.bincount(state, weights=g ** (length - position).astype(np.float64) * episode) / members
+    value = np.bincount(state, weights=gamma ** (length - position).astype(np.float64) * episode) / members
     after = _next_rows(rollout)
-    terminal = np.where(episode == success, success, 0.0)
+    terminal = np.where(episode == success_reward, success_reward, 0.0)
     value_next = np.where(after >= 0, value[state[np.maximum(after, 0)]], terminal)
-    within_state = _normalise(value_next - penalty, state, mode, ddof=1)
+    credited = value_next - penalty
+    within_state = _normalise(credited, state, mode, ddof=1)
     gain = _normalise(value_next - value[state], groups, mode, ddof=1)
-    return _grpo(episode - penalty, groups, mode) + w * (within_state + gain)
+    return _grpo(episode - penalty, groups, mode) + step_weight * (within_state + gain), credited
 
 
 # --------------------------------------------------------------------------- trainer entry
@@ -677,15 +698,28 @@ class AdvantageConfig:
         if self.step_return is not None and self.step_return not in STEP_RETURNS:
             raise ValueError(f"unknown step_return {self.step_return!r}; expected one of {STEP_RETURNS}")
         _real(self.success_reward, "success_reward")
-        if self.step_return is not None and self.estimator in ("grpo", "g2po"):
+        credits = {"grpo": "the episode score", "g2po": "the value of the state a step leads to"}
+        if self.step_return is not None and self.estimator in credits:
             raise ValueError(
-                f"{self.estimator} credits its own returns; step_return applies to gigpo, hgpo and graphgpo"
+                f"{self.estimator} credits {credits[self.estimator]}; step_return applies to gigpo, "
+                "hgpo and graphgpo"
             )
 
     @property
     def returns(self) -> StepReturn:
         """The step return this estimator credits (stepwise estimators only)."""
         return self.step_return or ("graph" if self.estimator == "graphgpo" else "discounted")
+
+
+@dataclass(frozen=True)
+class StepCredit:
+    """A batch's advantages and the per-step values its estimator normalised to make them."""
+
+    advantages: np.ndarray
+    returns: np.ndarray
+    """What each step is credited with: its discounted or graph return, minus its invalid
+    penalty (gigpo, hgpo, graphgpo); its episode score (grpo); the value of the state it led to,
+    minus its penalty (g2po). Diagnostics describe these, so they describe what the update used."""
 
 
 def compute_advantages(
@@ -697,7 +731,21 @@ def compute_advantages(
     config: AdvantageConfig = AdvantageConfig(),
     next_states: Any = None,
 ) -> np.ndarray:
-    """Step advantages of a batch from its raw columns, as the trainer calls it.
+    """Step advantages of a batch from its raw columns (:func:`step_credit`'s advantages)."""
+    return step_credit(rewards, traj_ids, group_ids, fingerprints, invalid, config, next_states).advantages
+
+
+def step_credit(
+    rewards: Any,
+    traj_ids: Any,
+    group_ids: Any,
+    fingerprints: Any = None,
+    invalid: Any = None,
+    config: AdvantageConfig = AdvantageConfig(),
+    next_states: Any = None,
+) -> StepCredit:
+    """Step advantages of a batch from its raw columns, as every trainer computes them, with the
+    values they were made from.
 
     A rollout is keyed by (group_id, traj_id), so traj ids may restart in every group.
     ``fingerprints`` may be None for GRPO only. ``next_states`` (graph returns only) is each
@@ -710,22 +758,23 @@ def compute_advantages(
     rollouts = groups * (int(trajs.max(initial=0)) + 1) + trajs
     scores = episode_scores(r, rollouts, invalid, config.invalid_penalty)
     if config.estimator == "grpo":
-        return _grpo(scores, groups, config.mode)
+        return StepCredit(_grpo(scores, groups, config.mode), scores)
     if fingerprints is None:
         raise ValueError(f"the {config.estimator} estimator needs fingerprints")
     fingerprints = as_fingerprints(fingerprints, len(r))
     if config.estimator == "g2po":
-        return g2po_advantages(
-            r,
-            rollouts,
-            groups,
-            fingerprints,
-            invalid,
-            config.mode,
-            config.gamma,
-            config.invalid_penalty,
-            config.step_weight,
-            config.success_reward,
+        return StepCredit(
+            *_g2po(
+                r,
+                rollouts,
+                groups,
+                fingerprints[:, 0],
+                _penalties(invalid, config.invalid_penalty, len(r)),
+                config.mode,
+                config.gamma,
+                config.step_weight,
+                config.success_reward,
+            )
         )
     if config.returns == "graph":
         if next_states is None:
@@ -744,16 +793,18 @@ def compute_advantages(
     else:
         returns = step_returns(r, rollouts, config.gamma, invalid, config.invalid_penalty)
     if config.estimator in ("gigpo", "graphgpo"):
-        return gigpo_advantages(
+        advantages = gigpo_advantages(
             returns, scores, groups, fingerprints, config.mode, config.step_weight, config.episode_weight
         )
-    return hgpo_advantages(
-        returns,
-        groups,
-        fingerprints,
-        config.mode,
-        config.alpha,
-        config.base_group,
-        scores,
-        config.weight_offset,
-    )
+    else:
+        advantages = hgpo_advantages(
+            returns,
+            groups,
+            fingerprints,
+            config.mode,
+            config.alpha,
+            config.base_group,
+            scores,
+            config.weight_offset,
+        )
+    return StepCredit(advantages, returns)

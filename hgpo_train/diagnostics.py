@@ -13,7 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from hgpo_train.advantage import Mode, as_fingerprints, hgpo_level_items, level_clusters, pair_codes
+from hgpo_train.advantage import (
+    Mode,
+    StepCredit,
+    as_fingerprints,
+    hgpo_level_items,
+    level_clusters,
+    pair_codes,
+)
 
 SIZE_BINS: tuple[str, ...] = ("1", "2", "3-4", "5-8", "9-16", "17+")
 """Cluster-size histogram bins (powers of two)."""
@@ -94,6 +101,20 @@ def grouping_diagnostics(
     if kept is not None:
         metrics["grouping/any_nonzero_share"] = kept.any(axis=1).mean()
     return {name: float(value) for name, value in metrics.items()}
+
+
+def credit_metrics(group_ids: Any, fingerprints: Any, credit: StepCredit, mode: Mode) -> dict[str, float]:
+    """What both trainers log of an update's step credit: the advantages' spread and the
+    grouping of the values the estimator credited (:func:`grouping_diagnostics`)."""
+    advantages = credit.advantages
+    if not len(advantages):
+        return {}
+    return {
+        "advantage/mean": float(advantages.mean()),
+        "advantage/std": float(advantages.std()),
+        "advantage/zero_frac": float((np.abs(advantages) <= 1e-6).mean()),
+        **grouping_diagnostics(group_ids, fingerprints, credit.returns, mode),
+    }
 
 
 def plot_grouping(metrics_or_arrays: Mapping[str, float] | Sequence[Any], path: str | Path) -> Path:

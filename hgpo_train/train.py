@@ -20,7 +20,6 @@ import numpy as np
 import torch
 
 from hgpo_env.vector import GroupedEnvPool, GroupMismatchError, PoolError
-from hgpo_train.advantage import compute_advantages, step_returns
 from hgpo_train.batch import StepBatch
 from hgpo_train.checkpoint import (
     clear_run_folder,
@@ -30,7 +29,7 @@ from hgpo_train.checkpoint import (
     tidy_checkpoints,
 )
 from hgpo_train.config import Config, ConfigError, check_resumed_config
-from hgpo_train.diagnostics import grouping_diagnostics
+from hgpo_train.diagnostics import credit_metrics
 from hgpo_train.eval import Evaluator
 from hgpo_train.generation import end_token_id
 from hgpo_train.modeling import Reference, load_policy, resolve_device
@@ -174,15 +173,8 @@ class Trainer:
         rollout_s = time.perf_counter() - start
 
         start = time.perf_counter()
-        advantages = compute_advantages(
-            batch.reward,
-            batch.traj_id,
-            batch.group_id,
-            batch.fingerprints,
-            batch.invalid,
-            self.config.advantage,
-            next_states=batch.next_state,
-        )
+        credit = batch.credit(self.config.advantage)
+        advantages = credit.advantages
         advantage_s = time.perf_counter() - start
 
         start = time.perf_counter()
@@ -197,8 +189,7 @@ class Trainer:
         tokens = int(batch.prompt_lengths.sum() + batch.response_lengths.sum())
         metrics = {
             **batch.metrics(),
-            **advantage_metrics(advantages),
-            **grouping_metrics(batch, self.config),
+            **credit_metrics(batch.group_id, batch.fingerprints, credit, self.config.advantage.mode),
             **update_metrics,
             "time/rollout_s": rollout_s,
             "time/env_s": timing["env_s"],
@@ -304,24 +295,6 @@ class Trainer:
         for part in (self.pool, self.evaluator, self.logger):
             if part is not None:
                 part.close()
-
-
-def advantage_metrics(advantages: np.ndarray) -> dict[str, float]:
-    if not len(advantages):
-        return {}
-    return {
-        "advantage/mean": float(advantages.mean()),
-        "advantage/std": float(advantages.std()),
-        "advantage/zero_frac": float((np.abs(advantages) <= 1e-6).mean()),
-    }
-
-
-def grouping_metrics(batch: StepBatch, config: Config) -> dict[str, float]:
-    """How the batch's steps group per context level (:mod:`hgpo_train.diagnostics`)."""
-    adv = config.advantage
-    rollouts = batch.group_id * config.env.group_size + batch.traj_id
-    returns = step_returns(batch.reward, rollouts, adv.gamma, batch.invalid, adv.invalid_penalty)
-    return grouping_diagnostics(batch.group_id, batch.fingerprints, returns, adv.mode)
 
 
 def _quiet(text: str) -> None:

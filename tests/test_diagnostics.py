@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from hgpo_train.diagnostics import SIZE_BINS, grouping_diagnostics, plot_grouping
+from hgpo_train.advantage import AdvantageConfig, step_returns
+from hgpo_train.batch import Episodes, StepBatch
+from hgpo_train.diagnostics import SIZE_BINS, credit_metrics, grouping_diagnostics, plot_grouping
 
 # The worked example of HGPO_SPEC.md: one group, K = 1
 S, X, Y, SX, SY = 11, 22, 33, 1122, 1133
@@ -84,3 +87,38 @@ def test_plot_grouping_writes_png(tmp_path, source):
     arg = grouping_diagnostics(GROUPS, FPS, RETURNS) if source == "metrics" else (GROUPS, FPS, RETURNS)
     path = plot_grouping(arg, tmp_path / "grouping.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_logged_grouping_describes_the_returns_the_update_used():
+    """Under graphgpo the update credits graph returns: rows B0 and C0 share state s1 and both
+    earn 0 discounted (an all-zero cluster: no kept item), but lead to states 3 and 1 steps from
+    success, so their graph returns differ and both get items. A: s0 -> s2 -> won; B: s1 -> s4;
+    C: s1 -> s2 (both lost). Distances: s2 1, s0 and s1 2, s4 none (3)."""
+    s0, s1, s2, s4 = 10, 11, 12, 14
+    n = 4
+    empty = np.zeros(0)
+    batch = StepBatch(
+        group_id=np.zeros(n, np.int64),
+        traj_id=np.array([0, 0, 1, 2]),
+        step=np.array([0, 1, 0, 0]),
+        reward=np.array([0.0, 10.0, 0.0, 0.0]),
+        invalid=np.zeros(n, bool),
+        fingerprints=np.array([[s0], [s2], [s1], [s1]], np.uint64),
+        next_state=np.array([s2, 99, s4, s2], np.uint64),
+        action_key=np.ones(n, np.uint64),
+        outcome=np.array(["won", "won", "lost", "lost"]),
+        prompt_ids=[np.zeros(1, np.int32)] * n,
+        response_ids=[np.zeros(1, np.int32)] * n,
+        choices=[None] * n,
+        episodes=Episodes(empty, empty, [], [], empty, empty, empty, empty, empty, empty),
+    )
+    config = AdvantageConfig(estimator="graphgpo", gamma=0.1, mode="mean_norm")
+    credit = batch.credit(config)
+    np.testing.assert_allclose(credit.returns, [1.0, 10.0, 0.01, 1.0])  # 10 * 0.1 ** distance
+    metrics = credit_metrics(batch.group_id, batch.fingerprints, credit, config.mode)
+    assert metrics["grouping/level0/nonzero_share"] == pytest.approx(0.5)
+    discounted = step_returns(batch.reward, batch.traj_id, 0.1, batch.invalid)
+    assert grouping_diagnostics(batch.group_id, batch.fingerprints, discounted, config.mode)[
+        "grouping/level0/nonzero_share"
+    ] == pytest.approx(0.0)  # what the logs described before
+    assert metrics["advantage/std"] == pytest.approx(float(credit.advantages.std()))

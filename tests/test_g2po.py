@@ -101,5 +101,5 @@ def test_rows_may_come_in_any_interleaving() -> None:
 
 
 def test_step_return_does_not_apply() -> None:
-    with pytest.raises(ValueError, match="g2po credits its own returns"):
+    with pytest.raises(ValueError, match="g2po credits the value of the state a step leads to"):
         AdvantageConfig(estimator="g2po", step_return="graph")

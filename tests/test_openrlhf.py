@@ -171,7 +171,7 @@ def assert_experience_advantages(experiences: list[Experience], maker: StepAdvan
     (padding: 0). Returns the per-row advantages."""
     table = maker.table
     expected = reference_advantages(table.batch, maker.advantage_config)
-    np.testing.assert_allclose(table.row_advantages, expected, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(table.credit.advantages, expected, rtol=0, atol=1e-9)
     for exp in experiences:
         for k, position in enumerate(exp.index):
             mask = exp.action_mask[k]
@@ -181,7 +181,7 @@ def assert_experience_advantages(experiences: list[Experience], maker: StepAdvan
             assert exp.returns[k].tolist() == exp.advantages[k].tolist()
         assert exp.kl is None
     assert sorted(i for exp in experiences for i in exp.index) == list(range(len(table)))
-    return table.row_advantages
+    return table.credit.advantages
 
 
 @pytest.mark.parametrize("estimator", ESTIMATORS)

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from openrlhf.trainer.ppo_utils.experience import Experience
 
-from hgpo_train.advantage import AdvantageConfig, compute_advantages
+from hgpo_train.advantage import AdvantageConfig, StepCredit
 from hgpo_train.batch import StepBatch
 from hgpo_train.openrlhf.padding import padded_size, padding_sources
 
@@ -35,7 +35,7 @@ class StepTable:
     batch: StepBatch
     source: np.ndarray
     padding: np.ndarray
-    row_advantages: np.ndarray | None = field(default=None, repr=False)
+    credit: StepCredit | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return len(self.source)
@@ -45,19 +45,17 @@ class StepTable:
         return self.source[np.asarray(index, dtype=np.int64)]
 
     def compute_advantages(self, config: AdvantageConfig) -> np.ndarray:
-        """The shared GRPO/GiGPO/HGPO advantages of the StepBatch rows (cached)."""
-        b = self.batch
-        self.row_advantages = compute_advantages(
-            b.reward, b.traj_id, b.group_id, b.fingerprints, b.invalid, config, next_states=b.next_state
-        )
-        return self.row_advantages
+        """The StepBatch rows' advantages, by the local trainer's path (:meth:`StepBatch.credit`),
+        kept with the values they were made from for the logs."""
+        self.credit = self.batch.credit(config)
+        return self.credit.advantages
 
     def sample_advantages(self, index: Sequence[int]) -> np.ndarray:
         """Advantages of the samples at ``index``: their row's, and 0 for padding."""
-        if self.row_advantages is None:
+        if self.credit is None:
             raise RuntimeError("call compute_advantages first")
         index = np.asarray(index, dtype=np.int64)
-        return np.where(self.padding[index], 0.0, self.row_advantages[self.source[index]])
+        return np.where(self.padding[index], 0.0, self.credit.advantages[self.source[index]])
 
 
 def step_experience(

@@ -35,6 +35,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from hgpo_train.batch import StepBatch
 from hgpo_train.config import Config
+from hgpo_train.diagnostics import credit_metrics
 from hgpo_train.eval import Evaluator
 from hgpo_train.openrlhf.constraints import constraint_table, start_store
 from hgpo_train.openrlhf.engines import EngineGenerator
@@ -45,7 +46,7 @@ from hgpo_train.openrlhf.samples import step_experiences
 from hgpo_train.openrlhf.settings import OpenRLHFConfig
 from hgpo_train.rollout import collect_rollouts, count_tasks, make_pool, progress_lines
 from hgpo_train.tracking import MetricsLogger
-from hgpo_train.train import advantage_metrics, draw_group_tasks, iteration_seed
+from hgpo_train.train import draw_group_tasks, iteration_seed
 
 
 def status_metrics(status: dict[str, Any]) -> dict[str, float]:
@@ -274,7 +275,7 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         tokens = int(batch.prompt_lengths.sum() + batch.response_lengths.sum())
         return {
             **batch.metrics(),
-            **advantage_metrics(table.row_advantages),
+            **credit_metrics(batch.group_id, batch.fingerprints, table.credit, self.config.advantage.mode),
             **status_metrics(status),
             **gap,
             "rollout/padding_samples": float(table.padding.sum()),
