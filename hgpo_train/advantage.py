@@ -722,17 +722,10 @@ class StepCredit:
     minus its penalty (g2po). Diagnostics describe these, so they describe what the update used."""
 
 
-def compute_advantages(
-    rewards: Any,
-    traj_ids: Any,
-    group_ids: Any,
-    fingerprints: Any = None,
-    invalid: Any = None,
-    config: AdvantageConfig = AdvantageConfig(),
-    next_states: Any = None,
-) -> np.ndarray:
-    """Step advantages of a batch from its raw columns (:func:`step_credit`'s advantages)."""
-    return step_credit(rewards, traj_ids, group_ids, fingerprints, invalid, config, next_states).advantages
+def compute_advantages(*columns: Any, **options: Any) -> np.ndarray:
+    """Step advantages of a batch from its raw columns: :func:`step_credit` (same arguments)
+    without the values they were made from."""
+    return step_credit(*columns, **options).advantages
 
 
 def step_credit(
