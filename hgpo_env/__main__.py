@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -168,6 +169,22 @@ def check(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def print_panel(args: argparse.Namespace) -> int:
+    from hgpo_env.panel import PanelError, build_panel
+
+    if "=" in (args.split or ""):  # no split named: the first key=value came in its place
+        args.env_kwargs, args.split = [args.split, *args.env_kwargs], None
+    try:
+        env_id, env_kwargs = env_from_args(args)
+        tasks = range(args.tasks) if args.tasks is not None else None
+        panel = build_panel(env_id, args.split, tasks, env_kwargs)
+    except (*BAD_ENV, PanelError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps(panel.to_json()))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hgpo_env", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -270,6 +287,15 @@ def main(argv: list[str] | None = None) -> int:
     server.add_argument(
         "--threads", action="store_true", help="step sessions in threads (for envs that wait on Java engines)"
     )
+    panel = commands.add_parser(
+        "panel", help="print an evaluation split's task panel: task ids, task keys and their hash"
+    )
+    panel.add_argument("env_id", help='a registered id, or "module:Id" to import module first')
+    panel.add_argument("split", nargs="?", default=None, help="the split (default: the env's own)")
+    panel.add_argument("env_kwargs", nargs="*", metavar="key=value", help="env arguments (data paths)")
+    panel.add_argument(
+        "--tasks", type=int, default=None, help="the first N task ids (needed where tasks have no end)"
+    )
     fetch = commands.add_parser("download", help="fetch an official dataset (needs network)")
     fetch.add_argument("family", choices=DOWNLOADABLE)
     fetch.add_argument("--dest", type=Path, default=None, help="target folder (default: under $HGPO_DATA)")
@@ -280,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         return check(args)
     if args.command == "serve":
         return serve(args)
+    if args.command == "panel":
+        return print_panel(args)
     path = importlib.import_module(f"hgpo_env.envs.{args.family}").download(args.dest)
     print(f"{args.family} data ready in {path}")
     return 0

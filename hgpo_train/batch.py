@@ -25,6 +25,8 @@ class Episodes:
     traj_id: np.ndarray
     task: list[str]
     task_type: list[str | None]
+    task_key: np.ndarray
+    """uint64: the key of the task each rollout played (``info["task_key"]`` of its reset)."""
     won: np.ndarray
     score: np.ndarray
     """The env-native score at the episode's end (WebShop: purchase score 0..1)."""

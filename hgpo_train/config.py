@@ -208,6 +208,12 @@ class EvalConfig:
     (the HGPO paper: 512), so every task weighs the same; None: once."""
     temperature: float = 1.0
     """0 decodes greedily (then extra seeds repeat the same episodes)."""
+    samples_per_task: int = 1
+    """Per seed, play the task list at least this many times (the n of pass@k; whole passes)."""
+    panel: str | None = None
+    """A task panel manifest (``python -m hgpo_env panel``): evaluation plays its tasks and refuses,
+    in one line, an env whose tasks differ from it (another data version); None: the panel is
+    made from the episodes played, and its hash recorded."""
 
 
 @dataclass
@@ -582,6 +588,8 @@ def validate(config: Config) -> None:
         raise ConfigError("eval.seeds must not be empty")
     if (config.env.backend == "openenv") != bool(config.env.servers):
         raise ConfigError("env.backend: openenv needs env.servers (a list of URLs), and env.servers needs it")
+    if config.eval.samples_per_task < 1:
+        raise ConfigError(f"eval.samples_per_task must be at least 1, got {config.eval.samples_per_task}")
     if config.eval.min_episodes is not None and config.eval.min_episodes < 1:
         raise ConfigError(f"eval.min_episodes must be positive or null, got {config.eval.min_episodes}")
 

@@ -1,9 +1,13 @@
-"""Evaluation on a fixed task list: success rate overall and per task type, and the env score.
+"""Evaluation on a fixed task panel: success (pass@1), unbiased pass@k, score, per task type.
 
-Each task id of ``eval.tasks`` is played once per seed of ``eval.seeds`` (the seed drives the
-env reset and the sampling), or in whole passes until ``eval.min_episodes``, with the env arguments of ``eval.env_kwargs`` on top of
-``env.kwargs`` (the held-out split: Rooms ``split=eval``, ALFWorld ``valid_seen`` or
-``valid_unseen``, WebShop ``test``).
+Each task id of ``eval.tasks`` (null: every task of the split) is played once per seed of
+``eval.seeds`` (the seed drives the env reset and the sampling), in whole passes until
+``eval.min_episodes`` and at least ``eval.samples_per_task`` times, with the env arguments of
+``eval.env_kwargs`` on top of ``env.kwargs`` (the held-out split: Rooms ``split=eval``, ALFWorld
+``valid_seen`` or ``valid_unseen``, WebShop ``test``). Every episode's task key is recorded, the
+tasks make a panel (:mod:`hgpo_env.panel`) whose hash goes into the results with the settings
+and the provenance, and with ``eval.panel`` an env whose tasks differ from the manifest's is
+refused at its first differing episode.
 
     python -m hgpo_train.eval --run runs/demo                 # a run's latest checkpoint
     python -m hgpo_train.eval --env rooms --model PATH --output results.json
@@ -12,21 +16,25 @@ env reset and the sampling), or in whole passes until ``eval.min_episodes``, wit
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import math
 import sys
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from hgpo_env.panel import Panel, PanelError, panel_from_episodes
 from hgpo_env.vector import GroupedEnvPool
 from hgpo_train.checkpoint import latest_checkpoint
 from hgpo_train.config import Config, ConfigError, describe_options, load_config
 from hgpo_train.modeling import resolve_device
 from hgpo_train.policy import build_generator, load_run_policy
+from hgpo_train.provenance import run_info
 from hgpo_train.rollout import Generator, collect_rollouts, count_tasks, make_pool
 
 
@@ -39,33 +47,71 @@ class EpisodeResult:
     won: bool
     score: float
     length: int
+    task_key: str
+    """The task's key (decimal: 64-bit integers do not survive JSON doubles)."""
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of a task solved ``c`` times in ``n`` samples: ``1 - C(n-c, k) / C(n, k)``,
+    the chance that ``k`` samples drawn without replacement hold a success."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod((n - c - i) / (n - i) for i in range(k))
 
 
 @dataclass
 class EvalResult:
     episodes: list[EpisodeResult]
+    panel: Panel | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    """How the episodes were sampled (seeds, temperature, samples per task)."""
 
     def metrics(self, prefix: str = "") -> dict[str, float]:
-        """Success rate and score (means over all episodes), per task type, and the spread over seeds."""
+        """Success rate (pass@1) and score, means over all episodes, their spread over seeds
+        (population sd of the per-seed means), unbiased pass@k for k = 2, 4, ... up to the fewest
+        samples of a task, and success per task type."""
         won = np.array([e.won for e in self.episodes], dtype=float)
+        score = np.array([e.score for e in self.episodes], dtype=float)
         out = {
             f"{prefix}success_rate": float(won.mean()),
-            f"{prefix}score": float(np.mean([e.score for e in self.episodes])),
+            f"{prefix}score": float(score.mean()),
             f"{prefix}episode_length": float(np.mean([e.length for e in self.episodes])),
         }
-        by_seed: dict[int, list[bool]] = defaultdict(list)
+        seeds = np.array([e.seed for e in self.episodes])
+        per_seed = [(won[seeds == s].mean(), score[seeds == s].mean()) for s in np.unique(seeds)]
+        out[f"{prefix}success_rate_std_over_seeds"] = float(np.std([w for w, _ in per_seed]))
+        out[f"{prefix}score_std_over_seeds"] = float(np.std([x for _, x in per_seed]))
+        samples: dict[int, list[bool]] = defaultdict(list)
         by_type: dict[str, list[bool]] = defaultdict(list)
         for e in self.episodes:
-            by_seed[e.seed].append(e.won)
+            samples[e.task_id].append(e.won)
             if e.task_type is not None:
                 by_type[e.task_type].append(e.won)
-        out[f"{prefix}success_rate_std_over_seeds"] = float(np.std([np.mean(v) for v in by_seed.values()]))
+        fewest = min(map(len, samples.values()))
+        k = 2
+        while k <= fewest:
+            rates = [pass_at_k(len(w), sum(w), k) for w in samples.values()]
+            out[f"{prefix}pass@{k}"] = float(np.mean(rates))
+            k *= 2
         for task_type, wins in sorted(by_type.items()):
             out[f"{prefix}success_rate/{task_type}"] = float(np.mean(wins))
         return out
 
-    def to_json(self) -> dict[str, Any]:
-        return {"metrics": self.metrics(), "episodes": [asdict(e) for e in self.episodes]}
+    def to_json(self, **provenance: Any) -> dict[str, Any]:
+        """Metrics, the panel (without its task list), the sampling settings, ``provenance``
+        (:func:`hgpo_train.provenance.run_info`) and every episode."""
+        panel = self.panel.to_json() if self.panel is not None else None
+        if panel is not None:
+            panel.pop("tasks")
+        return {
+            "metrics": self.metrics(),
+            "panel": panel,
+            "settings": self.settings,
+            "provenance": provenance,
+            "episodes": [asdict(e) for e in self.episodes],
+        }
 
 
 class Evaluator:
@@ -92,6 +138,11 @@ class Evaluator:
     def task_ids(self) -> list[int]:
         """One seed's episodes: ``eval.tasks`` (null: every task of the eval split), repeated in
         whole passes until ``eval.min_episodes``."""
+        return self.panel_tasks * self.passes()
+
+    @functools.cached_property
+    def panel_tasks(self) -> list[int]:
+        """The task ids of one pass, in play order (counting the split's tasks builds an env: once)."""
         tasks = self.config.eval.tasks
         if tasks is None:
             count = count_tasks(self.config.env, self.config.eval.env_kwargs)
@@ -100,11 +151,40 @@ class Evaluator:
                     f"eval.tasks is null but {self.config.env.env_id} has no finite task list: list the task ids"
                 )
             tasks = range(count)
-        passes = -(-(self.config.eval.min_episodes or 0) // len(tasks)) or 1
-        return list(tasks) * passes
+        return list(tasks)
+
+    def passes(self) -> int:
+        """Whole passes over the task list per seed: enough for ``eval.min_episodes`` and at
+        least ``eval.samples_per_task``."""
+        to_reach = -(-(self.config.eval.min_episodes or 0) // len(self.panel_tasks))
+        return max(to_reach, self.config.eval.samples_per_task, 1)
+
+    @property
+    def split(self) -> str | None:
+        return {**self.config.env.kwargs, **self.config.eval.env_kwargs}.get("split")
+
+    def _manifest(self, tasks: list[int]) -> Panel | None:
+        """``eval.panel``'s panel, refused at once if it names other tasks than this evaluation."""
+        if self.config.eval.panel is None:
+            return None
+        manifest = Panel.load(self.config.eval.panel)
+        if (manifest.env_id, manifest.split, list(manifest.task_ids)) != (
+            self.config.env.env_id,
+            self.split,
+            tasks,
+        ):
+            raise PanelError(
+                f"eval.panel {self.config.eval.panel} is {manifest.env_id} {manifest.split} with "
+                f"{len(manifest.task_ids)} tasks; this evaluation plays {self.config.env.env_id} "
+                f"{self.split} with {len(tasks)} (eval.tasks, eval.env_kwargs)"
+            )
+        return manifest
 
     def run(self) -> EvalResult:
         cfg = self.config
+        panel_tasks = self.panel_tasks
+        manifest = self._manifest(panel_tasks)
+        expected = dict(zip(manifest.task_ids, manifest.task_keys)) if manifest else {}
         tasks = self.task_ids()
         chunk = min(len(tasks), cfg.env.num_groups * cfg.env.group_size)
         episodes = []
@@ -124,6 +204,12 @@ class Evaluator:
                     )
                     e = batch.episodes
                     for j, task_id in enumerate(ids):  # one env per group, groups in task order
+                        key = int(e.task_key[j])
+                        if expected and expected[task_id] != key:
+                            raise PanelError(
+                                f"task {task_id} is another task here than in eval.panel (task key {key}, "
+                                f"the panel's {expected[task_id]}): the env's data differs from the panel's"
+                            )
                         episodes.append(
                             EpisodeResult(
                                 int(task_id),
@@ -133,11 +219,22 @@ class Evaluator:
                                 bool(e.won[j]),
                                 float(e.score[j]),
                                 int(e.length[j]),
+                                str(key),
                             )
                         )
         finally:
             torch.set_rng_state(rng_state)
-        return EvalResult(episodes)
+        played = [(e.task_id, int(e.task_key)) for e in episodes]
+        panel = panel_from_episodes(cfg.env.env_id, self.split, panel_tasks, played)
+        if manifest is not None:
+            manifest.check(panel)
+        settings = {
+            "seeds": list(cfg.eval.seeds),
+            "temperature": cfg.eval.temperature,
+            "passes": self.passes(),
+            "constrained": cfg.generation.constrained,
+        }
+        return EvalResult(episodes, panel, settings)
 
     def close(self) -> None:
         for pool in self._pools.values():
@@ -179,12 +276,17 @@ def main(argv: list[str] | None = None) -> int:
     evaluator = Evaluator(config, build_generator(config, loaded), loaded.tokenizer)
     try:
         result = evaluator.run()
+    except PanelError as error:
+        print(f"panel error: {error}", file=sys.stderr)
+        return 2
     finally:
         evaluator.close()
     print(json.dumps(result.metrics(), indent=2))
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(result.to_json(), indent=2))
+        source = str(checkpoint) if checkpoint else config.model.name_or_path
+        provenance = run_info(config.to_dict(), checkpoint=source)
+        args.output.write_text(json.dumps(result.to_json(**provenance), indent=2))
     return 0
 
 

@@ -158,6 +158,8 @@ class Episode(Generic[R]):
     member: int
     task: str
     task_type: str | None
+    task_key: int = 0
+    """The task's key from its reset (``info["task_key"]``)."""
     steps: list[EpisodeStep[R]] = field(default_factory=list)
     won: bool = False
     score: float = 0.0
@@ -195,7 +197,10 @@ def play_episodes(
     prompts = {r.env_index: r.obs for r in resets}
     infos = {r.env_index: r.info for r in resets}
     episodes = {
-        r.env_index: Episode(r.group, r.member, r.info["task"], r.info.get("task_type")) for r in resets
+        r.env_index: Episode(
+            r.group, r.member, r.info["task"], r.info.get("task_type"), int(r.info.get("task_key", 0))
+        )
+        for r in resets
     }
     active = [r.env_index for r in resets]
     turn = steps = 0
@@ -312,6 +317,7 @@ def _to_batch(episodes: list[Episode[Generation]]) -> StepBatch:
         traj_id=np.array([e.member for e in episodes], dtype=np.int64),
         task=[e.task for e in episodes],
         task_type=[e.task_type for e in episodes],
+        task_key=np.array([e.task_key for e in episodes], dtype=np.uint64),
         won=np.array([e.won for e in episodes], dtype=bool),
         score=np.array([e.score for e in episodes], dtype=np.float64),
         length=np.array([len(e.steps) for e in episodes], dtype=np.int64),

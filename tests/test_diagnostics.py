@@ -110,7 +110,7 @@ def test_the_logged_grouping_describes_the_returns_the_update_used():
         prompt_ids=[np.zeros(1, np.int32)] * n,
         response_ids=[np.zeros(1, np.int32)] * n,
         choices=[None] * n,
-        episodes=Episodes(empty, empty, [], [], empty, empty, empty, empty, empty, empty),
+        episodes=Episodes(empty, empty, [], [], empty, empty, empty, empty, empty, empty, empty),
     )
     config = AdvantageConfig(estimator="graphgpo", gamma=0.1, mode="mean_norm")
     credit = batch.credit(config)

@@ -73,6 +73,7 @@ def make_batch(seed: int = 0, groups: int = 3, size: int = 4, levels: int = 3) -
         np.tile(np.arange(size), groups),
         ["task"] * (groups * size),
         [None] * (groups * size),
+        np.ones(groups * size, np.uint64),
         np.zeros(groups * size, bool),
         np.zeros(groups * size),
         np.ones(groups * size, np.int64),

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import hgpo_env
+from hgpo_env.panel import build_panel
 from hgpo_train.advantage import (
     ESTIMATORS,
     AdvantageConfig,
@@ -228,6 +229,19 @@ def test_rooms_iteration_checkpoint_exact_resume_and_eval(tmp_path, capsys):
     assert 0.0 <= results["metrics"]["success_rate"] <= 1.0
     assert any(k.startswith("success_rate/") for k in results["metrics"])
     assert '"success_rate"' in capsys.readouterr().out
+    # the tasks played are a panel: the same hash as the panel built apart from the run
+    rooms = {"min_rooms": 2, "max_rooms": 3, "lock_probability": 0.0}
+    panel = build_panel("HGPO-Rooms-v0", "eval", [0, 1, 2], rooms)
+    assert results["panel"]["sha256"] == panel.hash and results["panel"]["size"] == 3
+    assert results["settings"] == {"seeds": [0, 1], "temperature": 1.0, "passes": 1, "constrained": True}
+    assert results["provenance"]["config_sha256"] and "torch" in results["provenance"]["packages"]
+    assert results["metrics"]["pass@2"] >= results["metrics"]["success_rate"]
+    # a panel of other tasks under the same ids (another data version) is refused in one line
+    manifest = tmp_path / "panel.json"
+    other_data = {**rooms, "min_rooms": 4, "max_rooms": 5}
+    manifest.write_text(json.dumps(build_panel("HGPO-Rooms-v0", "eval", [0, 1, 2], other_data).to_json()))
+    assert eval_main([*argv, f"eval.panel={manifest}"]) == 2
+    assert "panel error: task 0 is another task here than in eval.panel" in capsys.readouterr().err
 
 
 def test_g2po_trains_an_iteration(tmp_path):

@@ -88,7 +88,7 @@ def step_batch(prompt_ids: list[np.ndarray], response_ids: list[np.ndarray], cho
         prompt_ids=prompt_ids,
         response_ids=response_ids,
         choices=choices,
-        episodes=Episodes(empty, empty, [], [], empty, empty, empty, empty, empty, empty),
+        episodes=Episodes(empty, empty, [], [], empty, empty, empty, empty, empty, empty, empty),
     )
 
 
