@@ -99,13 +99,15 @@ class EvalResult:
             out[f"{prefix}success_rate/{task_type}"] = float(np.mean(wins))
         return out
 
-    def to_json(self, **provenance: Any) -> dict[str, Any]:
-        """Metrics, the panel (without its task list), the sampling settings, ``provenance``
+    def to_json(self, run: dict[str, Any] | None = None, **provenance: Any) -> dict[str, Any]:
+        """Metrics, the panel (without its task list), the sampling settings, the ``run`` evaluated
+        (its method and training seed, for :mod:`hgpo_train.compare`), ``provenance``
         (:func:`hgpo_train.provenance.run_info`) and every episode."""
         panel = self.panel.to_json() if self.panel is not None else None
         if panel is not None:
             panel.pop("tasks")
         return {
+            "run": run or {},
             "metrics": self.metrics(),
             "panel": panel,
             "settings": self.settings,
@@ -286,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         source = str(checkpoint) if checkpoint else config.model.name_or_path
         provenance = run_info(config.to_dict(), checkpoint=source)
-        args.output.write_text(json.dumps(result.to_json(**provenance), indent=2))
+        run = {"method": config.advantage.estimator, "train_seed": config.train.seed, "folder": str(run_dir)}
+        args.output.write_text(json.dumps(result.to_json(run, **provenance), indent=2))
     return 0
 
 

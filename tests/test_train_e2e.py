@@ -235,6 +235,7 @@ def test_rooms_iteration_checkpoint_exact_resume_and_eval(tmp_path, capsys):
     assert results["panel"]["sha256"] == panel.hash and results["panel"]["size"] == 3
     assert results["settings"] == {"seeds": [0, 1], "temperature": 1.0, "passes": 1, "constrained": True}
     assert results["provenance"]["config_sha256"] and "torch" in results["provenance"]["packages"]
+    assert (results["run"]["method"], results["run"]["train_seed"]) == ("hgpo", 0)  # what compare groups by
     assert results["metrics"]["pass@2"] >= results["metrics"]["success_rate"]
     # a panel of other tasks under the same ids (another data version) is refused in one line
     manifest = tmp_path / "panel.json"

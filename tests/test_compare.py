@@ -1,0 +1,70 @@
+"""python -m hgpo_train.compare: the table of methods over training runs, on one panel."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from hgpo_train.compare import bootstrap_interval, main
+
+SETTINGS = {"seeds": [123, 456, 789], "temperature": 0.4, "passes": 4, "constrained": False}
+
+
+def write(tmp_path, method, seed, success, panel="a" * 64, settings=SETTINGS, **types):
+    path = tmp_path / f"{method}_{seed}.json"
+    metrics = {
+        "success_rate": success,
+        "score": success / 2,
+        **{f"success_rate/{t}": v for t, v in types.items()},
+    }
+    result = {"run": {"method": method, "train_seed": seed}, "metrics": metrics, "panel": {"sha256": panel}}
+    path.write_text(json.dumps({**result, "settings": settings}))
+    return str(path)
+
+
+def test_the_table_is_mean_and_sd_over_runs_with_paired_differences(tmp_path, capsys):
+    grpo = {0: 0.50, 1: 0.60, 2: 0.40}
+    hgpo = {0: 0.70, 1: 0.65, 2: 0.55}
+    files = [write(tmp_path, "grpo", s, v, pick=v) for s, v in grpo.items()]
+    files += [write(tmp_path, "hgpo", s, v, pick=v + 0.1) for s, v in hgpo.items()]
+    assert main([*files, "--baseline", "grpo"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    row = table["methods"]["hgpo"]
+    assert row["success_rate"]["mean"] == pytest.approx(np.mean(list(hgpo.values())))
+    assert row["success_rate"]["sd"] == pytest.approx(np.std(list(hgpo.values()), ddof=1))
+    assert row["success_rate/pick"]["mean"] == pytest.approx(np.mean(list(hgpo.values())) + 0.1)
+    differences = [hgpo[s] - grpo[s] for s in range(3)]
+    paired = row["paired_difference"]
+    assert paired["mean"] == pytest.approx(np.mean(differences)) and paired["seeds"] == [0, 1, 2]
+    assert min(differences) <= paired["low"] <= paired["mean"] <= paired["high"] <= max(differences)
+    assert "paired_difference" not in table["methods"]["grpo"]
+    assert main([*files, "--markdown"]) == 0
+    text = capsys.readouterr().out
+    assert "| hgpo | 3 | 0.633 ± 0.076 |" in text and "| method | pick |" in text
+
+
+def test_bootstrap_interval_of_a_constant_is_the_constant():
+    assert bootstrap_interval([0.2, 0.2, 0.2]) == pytest.approx((0.2, 0.2, 0.2))
+
+
+@pytest.mark.parametrize(
+    ("other", "said"),
+    [
+        ({"panel": "b" * 64}, "was evaluated on another panel"),
+        ({"settings": {**SETTINGS, "temperature": 1.0}}, "was sampled with other settings"),
+    ],
+)
+def test_results_that_do_not_compare_are_refused(tmp_path, capsys, other, said):
+    files = [write(tmp_path, "grpo", 0, 0.5), write(tmp_path, "hgpo", 0, 0.6, **other)]
+    assert main(files) == 2
+    assert said in capsys.readouterr().err
+
+
+def test_a_file_that_is_not_a_result_is_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    assert main([str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "not an evaluation result" in err and len(err.strip().splitlines()) == 1
