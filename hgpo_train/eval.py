@@ -116,6 +116,20 @@ class EvalResult:
         }
 
 
+RESULTS = "evals"
+"""The run folder's evaluations: one results file per evaluation, ``iter_000010.json``."""
+
+
+def results_json(config: Config, result: EvalResult, checkpoint: str) -> dict[str, Any]:
+    """What a results file holds: the result, the run (method, training seed) and the provenance."""
+    run = {
+        "method": config.advantage.estimator,
+        "train_seed": config.train.seed,
+        "folder": config.train.output_dir,
+    }
+    return result.to_json(run, **run_info(config.to_dict(), checkpoint=checkpoint))
+
+
 class Evaluator:
     """Plays the fixed task list with a generator; env pools are made once and reused."""
 
@@ -238,6 +252,15 @@ class Evaluator:
         }
         return EvalResult(episodes, panel, settings)
 
+    def record(self, iteration: int, run_dir: Path) -> EvalResult:
+        """:meth:`run`, keeping the results file of the policy after ``iteration`` in the run
+        folder (both trainers' evaluations, in the format of ``python -m hgpo_train.eval``)."""
+        result = self.run()
+        path = run_dir / RESULTS / f"iter_{iteration:06d}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(results_json(self.config, result, f"iteration {iteration}"), indent=2))
+        return result
+
     def close(self) -> None:
         for pool in self._pools.values():
             pool.close()
@@ -287,9 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         source = str(checkpoint) if checkpoint else config.model.name_or_path
-        provenance = run_info(config.to_dict(), checkpoint=source)
-        run = {"method": config.advantage.estimator, "train_seed": config.train.seed, "folder": str(run_dir)}
-        args.output.write_text(json.dumps(result.to_json(run, **provenance), indent=2))
+        args.output.write_text(json.dumps(results_json(config, result, source), indent=2))
     return 0
 
 

@@ -41,7 +41,7 @@ from hgpo_train.update import PolicyUpdater
 logger = logging.getLogger(__name__)
 ROLLOUT_ATTEMPTS = 3
 """Tries at an iteration's rollout when the pool raises (a reset it could not heal)."""
-RUN_FOLDER_ITEMS = ("checkpoints", "config.yaml", "metrics.jsonl", "tensorboard", "tiny_model")
+RUN_FOLDER_ITEMS = ("checkpoints", "config.yaml", "evals", "metrics.jsonl", "tensorboard", "tiny_model")
 """What a run writes into its folder: all that ``overwrite=True`` removes."""
 
 
@@ -243,7 +243,7 @@ class Trainer:
         cfg = self.config.train
         metrics: dict[str, float] = {}
         if cfg.eval_every and self.start_iteration == 0:
-            self.logger.log(0, self.evaluate(prefix="eval/"))
+            self.logger.log(0, self.evaluate(0))
         progress = _progress(cfg.iterations, self.start_iteration, self.config.logging.progress_bar)
         self.status = lambda text: progress.set_description_str(text, refresh=True)
         try:
@@ -253,7 +253,7 @@ class Trainer:
                 done = iteration + 1
                 if cfg.eval_every and (done % cfg.eval_every == 0 or done == cfg.iterations):
                     self.status("evaluation")
-                    metrics.update(self.evaluate(prefix="eval/"))
+                    metrics.update(self.evaluate(done))
                 metrics["time/iteration_s"] = time.perf_counter() - start
                 self.logger.log(done, metrics)
                 if done == cfg.iterations or (cfg.save_every and done % cfg.save_every == 0):
@@ -273,9 +273,10 @@ class Trainer:
             progress.close()
         return metrics
 
-    def evaluate(self, prefix: str = "") -> dict[str, float]:
-        """Success rate (overall and per task type) and score on the fixed eval tasks."""
-        return self.evaluator.run().metrics(prefix)
+    def evaluate(self, iteration: int) -> dict[str, float]:
+        """The policy after ``iteration`` on the eval panel: its metrics (``eval/``), and its results
+        file in the run folder (:meth:`Evaluator.record`)."""
+        return self.evaluator.record(iteration, self.run_dir).metrics("eval/")
 
     def save(self, iteration: int) -> Path:
         return save_checkpoint(

@@ -392,6 +392,14 @@ def test_training_with_the_env_workers_behind_an_env_server(tmp_path):
     )
     assert {"rollout/success_rate", "rollout/invalid_rate", "rollout/episode_length"} <= set(keys)
     assert [[r.get(k) for k in keys] for r in runs[0]] == [[r.get(k) for k in keys] for r in runs[1]]
+    # each evaluation's results file: the logged numbers, and one panel in and out of process
+    recorded = [
+        json.loads((tmp_path / name / "evals" / "iter_000002.json").read_text())
+        for name in ("local", "remote")
+    ]
+    assert recorded[0]["metrics"]["success_rate"] == runs[0][-1]["eval/success_rate"]
+    assert recorded[0]["panel"]["sha256"] == recorded[1]["panel"]["sha256"]
+    assert recorded[0]["run"]["method"] == "hgpo" and recorded[0]["provenance"]["checkpoint"] == "iteration 2"
 
 
 def test_an_iteration_shows_its_progress(tmp_path, capsys):

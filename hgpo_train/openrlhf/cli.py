@@ -41,6 +41,7 @@ RUN_FOLDER_ITEMS = (
     "checkpoints",
     "final_model",
     "config.yaml",
+    "evals",
     "openrlhf.yaml",
     "run_info.jsonl",
     "tiny_model",

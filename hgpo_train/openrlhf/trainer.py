@@ -254,8 +254,10 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         return gap
 
     def evaluate(self, global_step: int = 0, **_: Any) -> dict[str, float]:
+        """The policy after iteration ``global_step`` on the eval panel, its results file kept
+        in the run folder as the local trainer keeps it."""
         with self._engines_awake():
-            return self.evaluator.run().metrics("eval/")
+            return self.evaluator.record(global_step, self.run_dir).metrics("eval/")
 
     # ----------------------------------------------------------------- one iteration
     def run_iteration(self, iteration: int) -> dict[str, float]:
@@ -321,7 +323,7 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         )
         try:
             if cfg.eval_every and start == 0:
-                logger.log(0, self.evaluate())
+                logger.log(0, self.evaluate(0))
             for iteration in range(start, cfg.iterations):
                 began = time.perf_counter()
                 try:
@@ -337,7 +339,7 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
                 done = iteration + 1
                 stop = self.stop_requested()
                 if cfg.eval_every and not stop and (done % cfg.eval_every == 0 or done == cfg.iterations):
-                    metrics.update(self.evaluate())
+                    metrics.update(self.evaluate(done))
                 metrics["time/iteration_s"] = time.perf_counter() - began
                 logger.log(done, metrics)
                 print(summary_line(done, cfg.iterations, metrics), file=sys.stderr, flush=True)
