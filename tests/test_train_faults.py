@@ -39,21 +39,31 @@ def comparable(run_dir: Path) -> list[dict]:
     ]
 
 
-@pytest.fixture(scope="module")
-def straight(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+def uninterrupted(run_dir: Path, iterations: int) -> tuple[Path, list[str]]:
     """An uninterrupted run, and the overrides that repeat it (its tiny model, built once)."""
-    run_dir = tmp_path_factory.mktemp("straight")
     trainer = Trainer(
         load_config(
-            env="rooms", overrides=[*ROOMS, f"train.iterations={ITERATIONS}", f"train.output_dir={run_dir}"]
+            env="rooms", overrides=[*ROOMS, f"train.iterations={iterations}", f"train.output_dir={run_dir}"]
         )
     )
     try:
         trainer.fit()
     finally:
         trainer.close()
-    overrides = [*ROOMS, f"train.iterations={ITERATIONS}", f"model.name_or_path={run_dir / 'tiny_model'}"]
+    overrides = [*ROOMS, f"train.iterations={iterations}", f"model.name_or_path={run_dir / 'tiny_model'}"]
     return run_dir, overrides
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    return uninterrupted(tmp_path_factory.mktemp("straight"), ITERATIONS)
+
+
+@pytest.fixture(scope="module")
+def long_straight(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
+    """Long enough that a signal sent once iteration 1 is saved lands before the run ends: with
+    3 iterations of a few tenths of a second, a loaded machine could finish the run first."""
+    return uninterrupted(tmp_path_factory.mktemp("long_straight"), 8)
 
 
 def trainer_for(run_dir: Path, overrides: list[str], **kwargs) -> Trainer:
@@ -99,8 +109,8 @@ def test_worker_killed_between_rollouts_and_a_failing_reset_change_nothing(strai
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_stop_prints_one_line_and_a_rerun_resumes_exactly(straight, tmp_path, stop):
-    run_dir, overrides = straight
+def test_stop_prints_one_line_and_a_rerun_resumes_exactly(long_straight, tmp_path, stop):
+    run_dir, overrides = long_straight
     command = [
         sys.executable,
         "-m",
