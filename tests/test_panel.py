@@ -99,3 +99,8 @@ def test_the_metrics_agree_with_each_other():
         np.mean([brute_force_pass_at_k(w, 2) for w in by_task.values()])
     )
     assert "pass@8" not in metrics  # 4 samples per task
+
+
+def test_webshop_test_is_a_panel_of_500_distinct_goals(shared_data):
+    panel = build_panel("HGPO-WebShop-v0", "test", env_kwargs={"data_path": shared_data / "webshop"})
+    assert len(panel.task_ids) == 500 and len(set(panel.task_keys)) == 500
