@@ -72,6 +72,8 @@ class ResetInfo(AgentInfo):
 ENV_KEYS: tuple[str, ...] = tuple(EnvInfo.__annotations__)
 AGENT_KEYS: tuple[str, ...] = tuple(AgentInfo.__annotations__)
 STEP_KEYS: tuple[str, ...] = tuple(StepInfo.__annotations__)
+GROUP_KEYS: tuple[str, ...] = ("task_key", "initial_fingerprint")
+"""The reset keys every member of a task group must agree on: the same task, the same start."""
 RESET_KEYS: tuple[str, ...] = tuple(ResetInfo.__annotations__)
 
 

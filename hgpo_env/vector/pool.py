@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hgpo_env.info import GROUP_KEYS
 from hgpo_env.vector.host import EnvSpec, Reply
 from hgpo_env.vector.layout import Layout, check_positive_int
 from hgpo_env.vector.results import GroupMismatchError, PoolError, ResetResult, StepResult
@@ -28,8 +29,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 BACKENDS = ("process", "ray", "openenv")
 SEED_RANGE = 2**31 - 1
-GROUP_KEYS = ("task_key", "initial_fingerprint")
-"""``reset`` info keys on which the members of a task group must agree."""
 
 
 class _Status(enum.Enum):
