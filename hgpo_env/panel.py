@@ -82,7 +82,13 @@ class Panel:
 
     @classmethod
     def load(cls, path: str | Path) -> Panel:
-        return cls.from_json(json.loads(Path(path).read_text()))
+        """The panel of a manifest file; one that cannot be read is a :class:`PanelError`."""
+        try:
+            return cls.from_json(json.loads(Path(path).read_text()))
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            if isinstance(error, PanelError):
+                raise
+            raise PanelError(f"{path}: not a panel manifest ({type(error).__name__}: {error})") from None
 
     def check(self, other: Panel) -> None:
         """Raise :class:`PanelError` in one line unless ``other`` names the same tasks in the same order."""

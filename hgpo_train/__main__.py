@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _train(config: Config, args: argparse.Namespace) -> int:
+    from hgpo_env.panel import PanelError
     from hgpo_env.registration import MissingExtraError
     from hgpo_env.vector import PoolError
     from hgpo_train.checkpoint import CheckpointError
@@ -109,6 +110,9 @@ def _train(config: Config, args: argparse.Namespace) -> int:
         print(f"resuming from {trainer.resumed_from} (iteration {trainer.start_iteration})", file=sys.stderr)
     try:
         metrics = trainer.fit()
+    except PanelError as error:  # eval.panel names other tasks than the env plays
+        print(f"panel error: {error}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         last = trainer.last_checkpoint()
         print(

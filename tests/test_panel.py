@@ -45,6 +45,14 @@ def test_drifted_and_edited_panels_are_refused_in_one_line():
         Panel.from_json(edited)
 
 
+def test_an_unreadable_manifest_is_one_line(tmp_path):
+    with pytest.raises(PanelError, match="not a panel manifest .FileNotFoundError"):
+        Panel.load(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text('{"env_id": "x"}')
+    with pytest.raises(PanelError, match="not a panel manifest .KeyError"):
+        Panel.load(tmp_path / "bad.json")
+
+
 def test_a_task_played_twice_in_one_pass_or_changing_between_episodes_is_refused():
     with pytest.raises(PanelError, match="tasks 0 and 2 are the same task"):
         Panel("env", "eval", (0, 1, 2), (7, 8, 7))
