@@ -4,6 +4,7 @@ compared with one uninterrupted run of the same config (tiny model, Rooms, CPU).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -12,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -39,31 +41,21 @@ def comparable(run_dir: Path) -> list[dict]:
     ]
 
 
-def uninterrupted(run_dir: Path, iterations: int) -> tuple[Path, list[str]]:
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
     """An uninterrupted run, and the overrides that repeat it (its tiny model, built once)."""
+    run_dir = tmp_path_factory.mktemp("straight")
     trainer = Trainer(
         load_config(
-            env="rooms", overrides=[*ROOMS, f"train.iterations={iterations}", f"train.output_dir={run_dir}"]
+            env="rooms", overrides=[*ROOMS, f"train.iterations={ITERATIONS}", f"train.output_dir={run_dir}"]
         )
     )
     try:
         trainer.fit()
     finally:
         trainer.close()
-    overrides = [*ROOMS, f"train.iterations={iterations}", f"model.name_or_path={run_dir / 'tiny_model'}"]
+    overrides = [*ROOMS, f"train.iterations={ITERATIONS}", f"model.name_or_path={run_dir / 'tiny_model'}"]
     return run_dir, overrides
-
-
-@pytest.fixture(scope="module")
-def straight(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
-    return uninterrupted(tmp_path_factory.mktemp("straight"), ITERATIONS)
-
-
-@pytest.fixture(scope="module")
-def long_straight(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
-    """Long enough that a signal sent once iteration 1 is saved lands before the run ends: with
-    3 iterations of a few tenths of a second, a loaded machine could finish the run first."""
-    return uninterrupted(tmp_path_factory.mktemp("long_straight"), 8)
 
 
 def trainer_for(run_dir: Path, overrides: list[str], **kwargs) -> Trainer:
@@ -108,9 +100,22 @@ def test_worker_killed_between_rollouts_and_a_failing_reset_change_nothing(strai
     assert comparable(tmp_path / "flaky") == comparable(run_dir)
 
 
+@contextlib.contextmanager
+def _ctrl_c_as_in_a_terminal() -> Iterator[None]:
+    """Start the run with SIGINT's default action, however pytest was started: a shell without job
+    control starts background commands (``pytest &``) with SIGINT ignored, which a child inherits,
+    and Python then never raises KeyboardInterrupt. A handled signal is reset to its default in a
+    child, so handling SIGINT here while the run starts is enough."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_stop_prints_one_line_and_a_rerun_resumes_exactly(long_straight, tmp_path, stop):
-    run_dir, overrides = long_straight
+def test_stop_prints_one_line_and_a_rerun_resumes_exactly(straight, tmp_path, stop):
+    run_dir, overrides = straight
     command = [
         sys.executable,
         "-m",
@@ -121,9 +126,10 @@ def test_stop_prints_one_line_and_a_rerun_resumes_exactly(long_straight, tmp_pat
         f"train.output_dir={tmp_path}",
     ]
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    process = subprocess.Popen(
-        command, cwd=REPO_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    with _ctrl_c_as_in_a_terminal():
+        process = subprocess.Popen(
+            command, cwd=REPO_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
     try:
         deadline = time.monotonic() + 240
         while not (tmp_path / "checkpoints" / "iter_000001").is_dir():  # one iteration done and saved
