@@ -15,6 +15,7 @@ from typing import Any
 import gymnasium as gym
 
 import hgpo_env
+from hgpo_env.memory import DEFAULT_HISTORY_LENGTH
 from hgpo_env.registration import MissingExtraError, import_env_module
 
 DOWNLOADABLE = ("alfworld", "webshop")
@@ -191,7 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     play = commands.add_parser("demo", help="play one expert episode and print prompts and fingerprints")
     play.add_argument("--env", default="HGPO-Rooms-v0", choices=sorted(hgpo_env.ENV_CLASSES))
     play.add_argument("--seed", type=int, default=0, help="picks the task")
-    play.add_argument("--history-length", type=int, default=2, help="K, steps of memory in the prompt")
+    play.add_argument(
+        "--history-length", type=int, default=DEFAULT_HISTORY_LENGTH, help="K, steps of memory in the prompt"
+    )
     play.add_argument("--show-prompts", type=int, default=2, help="how many full prompts to print")
     health = commands.add_parser(
         "check", help="check an env's info contract and fingerprints before training"
@@ -201,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     health.add_argument("--groups", type=int, default=3, help="task groups to play")
     health.add_argument("--group-size", type=int, default=4, help="episodes per group")
     health.add_argument("--max-steps", type=int, default=20, help="steps per episode at most")
-    health.add_argument("--history-length", type=int, default=2, help="K")
+    health.add_argument("--history-length", type=int, default=DEFAULT_HISTORY_LENGTH, help="K")
     health.add_argument("--seed", type=int, default=0)
     health.add_argument(
         "--probe",

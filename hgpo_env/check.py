@@ -26,6 +26,7 @@ import gymnasium as gym
 from hgpo_env.adapter import TextAdapter
 from hgpo_env.core import TextEnv
 from hgpo_env.info import RESET_KEYS, STEP_KEYS
+from hgpo_env.memory import DEFAULT_HISTORY_LENGTH
 
 PROBES = ("look", "inventory", "wait", "help")
 """Commands tried on free-form envs without an expert."""
@@ -329,7 +330,7 @@ def check_env_health(
     groups: int = 3,
     group_size: int = 4,
     max_steps: int = 20,
-    history_length: int = 2,
+    history_length: int = DEFAULT_HISTORY_LENGTH,
     seed: int = 0,
     probes: Sequence[str] = PROBES,
 ) -> HealthReport:

@@ -35,6 +35,8 @@ FREE_FORM_ANSWER_FORMATS = {
     "plain": "Now it is your turn to act. Reply with your next command and nothing else.",
 }
 """Answer formats for worlds without an admissible list (``free_form``)."""
+DEFAULT_HISTORY_LENGTH = 2
+"""K, the past steps a prompt shows by default: the HGPO paper's setting."""
 NO_ACTION = "(no valid action)"
 
 
@@ -119,7 +121,7 @@ class KStepMemory(gym.Wrapper[str, str, str, str]):
     def __init__(
         self,
         env: gym.Env[str, str],
-        history_length: int = 2,
+        history_length: int = DEFAULT_HISTORY_LENGTH,
         fingerprint_mode: str = "observations_actions",
         *,
         fingerprint_state: str = "text",

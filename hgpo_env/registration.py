@@ -21,7 +21,7 @@ import gymnasium as gym
 from hgpo_env.actions import ParseResponse
 from hgpo_env.adapter import TextEnvSpec, adapt
 from hgpo_env.arguments import check_argument_types
-from hgpo_env.memory import KStepMemory, Tokenizer
+from hgpo_env.memory import DEFAULT_HISTORY_LENGTH, KStepMemory, Tokenizer
 
 ENV_CLASSES = {
     "HGPO-Rooms-v0": "hgpo_env.envs.rooms:RoomsEnv",
@@ -75,7 +75,7 @@ def load_class(path: str) -> Callable[..., gym.Env[str, str]]:
 def make_agent_env(
     env_class: Callable[..., gym.Env[str, str]] | str,
     *,
-    history_length: int = 2,
+    history_length: int = DEFAULT_HISTORY_LENGTH,
     fingerprint_mode: str = "observations_actions",
     fingerprint_state: str = "text",
     response_format: str = "think_action",

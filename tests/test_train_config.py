@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from hgpo_train.__main__ import build_parser, main
-from hgpo_train.config import ConfigError, describe_options, load_config
+from hgpo_train.config import ConfigError, EnvConfig, describe_options, load_config
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(
@@ -246,3 +246,10 @@ def test_a_missing_env_extra_is_one_line(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
     assert "needs the webshop extra" in err and 'pip install -e ".[webshop]"' in err
+
+
+def test_the_trainer_shows_as_many_past_steps_as_the_envs_by_default():
+    """The trainer's config keeps its own copy: it imports without the env package (and gymnasium)."""
+    from hgpo_env.memory import DEFAULT_HISTORY_LENGTH
+
+    assert EnvConfig().history_length == DEFAULT_HISTORY_LENGTH
