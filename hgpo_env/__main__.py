@@ -5,7 +5,6 @@ contract and fingerprints before training; ``serve`` puts an env behind an OpenE
 from __future__ import annotations
 
 import argparse
-import ast
 import importlib
 import json
 import sys
@@ -15,6 +14,7 @@ from typing import Any
 import gymnasium as gym
 
 import hgpo_env
+from hgpo_env.arguments import read_value
 from hgpo_env.memory import DEFAULT_HISTORY_LENGTH
 from hgpo_env.registration import MissingExtraError, import_env_module
 
@@ -52,16 +52,16 @@ def demo(env_id: str, seed: int, history_length: int, show_prompts: int) -> bool
 
 
 def parse_env_kwargs(pairs: list[str]) -> dict[str, Any]:
-    """``key=value`` pairs; a value is read as a Python literal where it is one, else as text."""
+    """``key=value`` pairs, each value read as the trainer reads one (:func:`read_value`: YAML)."""
     kwargs: dict[str, Any] = {}
     for pair in pairs:
         key, sep, text = pair.partition("=")
         if not sep or not key.isidentifier():
             raise SystemExit(f"env arguments are key=value, got {pair!r}")
         try:
-            kwargs[key] = ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            kwargs[key] = text
+            kwargs[key] = read_value(text)
+        except ValueError as error:
+            raise SystemExit(f"env argument {key}: {error}") from None
     return kwargs
 
 

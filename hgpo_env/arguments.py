@@ -1,18 +1,51 @@
-"""Checking ``gymnasium.make`` keyword arguments against the type hints of what receives them.
+"""Arguments typed as text, and checking ``gymnasium.make`` keyword arguments against type hints.
 
-A wrongly typed argument would otherwise surface far from its cause (``history_length="two"``
-as ``'<' not supported between 'str' and 'int'``); here it names the argument and the type.
-Hints that cannot be checked by ``isinstance`` (protocols, type variables) accept anything.
+Every ``key=value`` on a command line (``python -m hgpo_env serve``, the trainer's overrides,
+``hgpo_train.eval``) is read by :func:`read_value`, so a value means the same everywhere and the
+same as in a YAML config file. A wrongly typed argument would otherwise surface far from its cause
+(``history_length="two"`` as ``'<' not supported between 'str' and 'int'``); here it names the
+argument and the type. Hints that cannot be checked by ``isinstance`` (protocols, type variables)
+accept anything.
 """
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, Union
 
 import numpy as np
+import yaml
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML's safe loader that also reads ``1e-5`` as a number (PyYAML's YAML 1.1 needs ``1.0e-5``)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def read_yaml(text: str) -> Any:
+    """YAML text as config files and command lines are read; ``yaml.YAMLError`` if it is broken."""
+    return yaml.load(text, Loader=_Loader)
+
+
+def read_value(text: str) -> Any:
+    """A command-line value as a config file would hold it: ``3``, ``1e-5``, ``true``, ``null``,
+    ``[0, 1]``, ``{a: 1}``, anything else text; empty is None. Raises ``ValueError`` in one line
+    on broken YAML (``[1, 2``)."""
+    if not text.strip():
+        return None
+    try:
+        return read_yaml(text)
+    except yaml.YAMLError as error:
+        raise ValueError(f"cannot read {text!r}: {str(error).splitlines()[0]}") from None
 
 
 def _matches(value: Any, hint: Any) -> bool:

@@ -1,9 +1,11 @@
-"""Command line: ``python -m hgpo_train --env rooms --config configs/rooms_demo.yaml [key=value ...]``.
+"""Command line: ``python -m hgpo_train [--backend openrlhf] --config FILE [key=value | --key value ...]``.
 
-Trains a policy with GRPO, GiGPO or HGPO (``advantage.estimator``) on an HGPO-* env, writing
-the resolved config, metrics (JSONL, TensorBoard), checkpoints and evaluations to
+Trains a policy with GRPO, GiGPO, HGPO, GraphGPO or G2PO (``advantage.estimator``) on an HGPO-*
+env, writing the resolved config, metrics (JSONL, TensorBoard), checkpoints and evaluations to
 ``train.output_dir``. Re-running the same command resumes from the latest checkpoint; Ctrl-C or
-SIGTERM stops at once and says where the run can go on from.
+SIGTERM stops and says where the run can go on from. Both backends read this one command line
+and the same config; ``--backend openrlhf`` runs OpenRLHF's launcher on a Ray cluster instead of
+this machine's loop (``hgpo_train.openrlhf.cli``).
 """
 
 from __future__ import annotations
@@ -11,17 +13,29 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import os
 import signal
 import sys
 from pathlib import Path
 
 try:
-    from hgpo_train.config import Config, ConfigError, add_resume_flags, describe_options, load_config
-    from hgpo_train.tracking import read_metrics
-except ModuleNotFoundError as missing:  # a core-only install: say which extra brings the trainer
-    raise SystemExit(
-        f"the trainer needs the train extra (no module {missing.name!r}): pip install -e '.[train]'"
+    from hgpo_train.config import (
+        Config,
+        ConfigError,
+        add_resume_flags,
+        describe_options,
+        load_config,
+        section_names,
     )
+    from hgpo_train.tracking import read_metrics
+except ModuleNotFoundError as missing:  # a core-only install, or a Python without hgpo: name the fix
+    print(
+        f"error: the trainer is not installed in this Python ({sys.executable}; no module {missing.name!r}): "
+        "pip install -e '.[train]'; for --backend openrlhf on CPU, bash scripts/setup_openrlhf_cpu.sh "
+        "makes .venv-openrlhf",
+        file=sys.stderr,
+    )
+    sys.exit(2)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,14 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m hgpo_train",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Config keys, settable in the YAML file or as section.field=value:\n\n" + describe_options(),
+        epilog="Config keys, settable in the YAML file, as section.field=value or as --section.field "
+        "value (the openrlhf: section is read by --backend openrlhf only):\n\n" + describe_options(),
     )
     parser.add_argument(
         "--backend",
         choices=["local", "openrlhf"],
         default="local",
-        help="local: this machine (HF generate or vLLM); openrlhf: Ray + DeepSpeed + vLLM engines "
-        "(python -m hgpo_train.openrlhf --help lists its extra keys)",
+        help="local: this machine (HF generate or vLLM); openrlhf: Ray + DeepSpeed + vLLM engines, "
+        "set by the openrlhf: section",
     )
     parser.add_argument(
         "--env",
@@ -47,50 +62,104 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--model", help="hub name or local folder (sets model.name_or_path); 'tiny' builds one"
     )
+    parser.add_argument(
+        "--ray-address",
+        help="--backend openrlhf: join this Ray cluster ('auto' or HOST:PORT; sets openrlhf.ray_address; "
+        "default $RAY_ADDRESS, else a local cluster)",
+    )
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="--backend openrlhf: resolve OpenRLHF's arguments with its own parser, print them, exit",
+    )
     add_resume_flags(parser)
     parser.add_argument(
         "overrides",
         nargs="*",
         metavar="section.field=value",
-        help="override any config key, e.g. advantage.estimator=gigpo update.lr=1e-5",
+        help="override any config key, e.g. advantage.estimator=gigpo update.lr=1e-5 (or --update.lr 1e-5)",
     )
     return parser
 
 
+def dotted_flags_as_overrides(argv: list[str]) -> list[str]:
+    """``--section.field value`` and ``--section.field=value`` as ``section.field=value``, as
+    OpenRLHF and SkyRL users type keys; a flag with no value after it is ``true``."""
+    sections = section_names()
+    out: list[str] = []
+    tokens = iter(range(len(argv)))
+    for i in tokens:
+        token = argv[i]
+        key, sep, value = token[2:].partition("=")
+        if not (token.startswith("--") and key.split(".")[0] in sections and "." in key):
+            out.append(token)
+            continue
+        if not sep:
+            following = argv[i + 1] if i + 1 < len(argv) else None
+            if following is None or (following.startswith("--") and not _is_number(following)):
+                value = "true"
+            else:
+                value = following
+                next(tokens)
+        out.append(f"{key}={value}")
+    return out
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args, backend_args = parser.parse_known_args(argv)
-    if args.backend == "openrlhf":  # its own flags (--ray-address, --dry-run, ...) pass through
-        try:
-            from hgpo_train.openrlhf.cli import main as openrlhf_main
-        except ModuleNotFoundError as missing:
-            print(
-                f"error: the openrlhf backend's packages are not in this Python ({sys.executable}; no "
-                f"module {missing.name!r}): on CPU run bash scripts/setup_openrlhf_cpu.sh, then "
-                ".venv-openrlhf/bin/python -m hgpo_train ...; on GPUs pip install -e '.[openrlhf]'",
-                file=sys.stderr,
-            )
-            return 2
-
-        return openrlhf_main(sys.argv[1:] if argv is None else argv)
-    if backend_args:
-        parser.error(f"unrecognized arguments: {' '.join(backend_args)}")
+    args = parser.parse_args(dotted_flags_as_overrides(sys.argv[1:] if argv is None else argv))
+    openrlhf = args.backend == "openrlhf"
+    if not openrlhf and (args.ray_address or args.dry_run):
+        parser.error("--ray-address and --dry-run are options of --backend openrlhf")
+    # RAY_ADDRESS is Ray's own convention (ray job submit sets it): it joins that cluster as the flag does
+    ray_address = args.ray_address or (os.environ.get("RAY_ADDRESS") if openrlhf else None)
     try:
-        config = load_config(args.config, args.overrides, env=args.env, model=args.model)
+        config = load_config(
+            args.config, args.overrides, env=args.env, model=args.model, ray_address=ray_address
+        )
+        if openrlhf:
+            from hgpo_train.openrlhf.settings import validate_cluster
+
+            validate_cluster(config)
     except ConfigError as error:
         print(f"config error: {error}", file=sys.stderr)
         return 2
     if args.print_config:
-        print(config.to_yaml())
+        print(config.to_yaml(), end="")
         return 0
-
+    if openrlhf:
+        return _openrlhf(config, args)
     signal.signal(signal.SIGTERM, _interrupt)  # a scheduler's stop ends the run like Ctrl-C
     try:
         return _train(config, args)
     except KeyboardInterrupt:
         print("stopped before training started", file=sys.stderr)
         return 130
+
+
+def _openrlhf(config: Config, args: argparse.Namespace) -> int:
+    try:
+        from hgpo_train.openrlhf.cli import run
+    except ModuleNotFoundError as missing:
+        print(
+            f"error: the openrlhf backend's packages are not in this Python ({sys.executable}; no "
+            f"module {missing.name!r}): on CPU run bash scripts/setup_openrlhf_cpu.sh, then "
+            ".venv-openrlhf/bin/python -m hgpo_train ...; on GPUs pip install -e '.[openrlhf]'",
+            file=sys.stderr,
+        )
+        return 2
+    return run(
+        config, dry_run=args.dry_run, allow_config_change=args.allow_config_change, overwrite=args.overwrite
+    )
 
 
 def _train(config: Config, args: argparse.Namespace) -> int:

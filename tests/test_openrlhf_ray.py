@@ -11,7 +11,6 @@ the real stack (vLLM's CPU build, DeepSpeed, the weight sync) runs in ``tests/op
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -25,8 +24,7 @@ pytest.importorskip(
 
 from test_train_e2e import assert_estimator_matters
 
-from hgpo_train.config import load_config
-from hgpo_train.openrlhf.settings import OpenRLHFConfig
+from hgpo_train.config import OpenRLHFConfig, load_config
 from hgpo_train.openrlhf.stubs import stubbed_gpu_packages
 from hgpo_train.rollout import collect_rollouts, count_tasks, make_pool
 
@@ -229,7 +227,7 @@ def test_controller_loop_logs_saves_and_resumes(cluster: None, config: Any) -> N
     assert records[0]["update/loss"] == 0.25 and records[0]["rollout/step_samples"] == 18
     assert "rollout/reward_mean" not in records[0] and records[0]["rollout/padding_samples"] == 6
 
-    resumed = recording_trainer(replace(config), resume_from=1)
+    resumed = recording_trainer(config.model_copy(), resume_from=1)
     resumed.fit()
     assert resumed.calls[0] == ("broadcast",)  # the engines get the checkpoint's weights first
     assert [c[1] for c in resumed.calls if c[0] == "train_step"] == [1]

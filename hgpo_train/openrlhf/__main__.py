@@ -1,8 +1,8 @@
-"""``python -m hgpo_train.openrlhf``: see :mod:`hgpo_train.openrlhf.cli`."""
+"""``python -m hgpo_train.openrlhf``: ``python -m hgpo_train --backend openrlhf`` (same command line)."""
 
 import sys
 
-from hgpo_train.openrlhf.cli import main
+from hgpo_train.__main__ import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["--backend", "openrlhf", *sys.argv[1:]]))

@@ -16,8 +16,7 @@ from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
-from hgpo_train.config import Config
-from hgpo_train.openrlhf.settings import OpenRLHFConfig
+from hgpo_train.config import Config, OpenRLHFConfig
 
 CLI_MODULE = "openrlhf.cli.train_ppo_ray"
 ESTIMATOR_PLACEHOLDER = "group_norm"

@@ -1,12 +1,12 @@
-"""Command line of the OpenRLHF backend.
+"""What ``python -m hgpo_train --backend openrlhf`` does with a resolved config.
 
-    python -m hgpo_train.openrlhf --config configs/openrlhf_alfworld_qwen2.5-1.5b_2gpu.yaml [key=value ...]
-    python -m hgpo_train.openrlhf --config ... --dry-run      # print OpenRLHF's resolved arguments
+    python -m hgpo_train --backend openrlhf --config configs/openrlhf_alfworld_qwen2.5-1.5b_2gpu.yaml [key=value ...]
+    python -m hgpo_train --backend openrlhf --config ... --dry-run   # print OpenRLHF's resolved arguments
 
-Takes the same config file and ``section.field=value`` overrides as ``python -m hgpo_train``,
-plus an ``openrlhf:`` section (``openrlhf.field=value``) for the cluster. Starts a local Ray
-cluster, or joins one with ``--ray-address`` (``ray start --head`` on the first node, ``ray start
---address=HEAD:6379`` on the others), then runs OpenRLHF's launcher with the HGPO controller.
+The command line and the config are the local backend's (:mod:`hgpo_train.__main__`); the
+``openrlhf:`` section says where the run goes. Starts a local Ray cluster, or joins one with
+``--ray-address`` (``ray start --head`` on the first node, ``ray start --address=HEAD:6379`` on
+the others), then runs OpenRLHF's launcher with the HGPO controller.
 The run folder (``train.output_dir``) gets the same ``config.yaml``, ``metrics.jsonl`` and
 ``tensorboard/`` as a single-machine run, DeepSpeed checkpoints in ``checkpoints/openrlhf`` and
 the final Hugging Face model in ``final_model``. Re-running the same command resumes.
@@ -14,9 +14,7 @@ the final Hugging Face model in ``final_model``. Re-running the same command res
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import dataclasses
 import importlib.metadata
 import json
 import math
@@ -31,11 +29,11 @@ from typing import Any
 import yaml
 
 from hgpo_env.registration import MissingExtraError
-from hgpo_train.config import Config, ConfigError, add_resume_flags, check_resumed_config, describe_options
+from hgpo_train.config import BACKEND_SECTION as SECTION
+from hgpo_train.config import Config, ConfigError, OpenRLHFConfig, check_resumed_config
 from hgpo_train.openrlhf.arguments import namespace_dict, openrlhf_argv
 from hgpo_train.openrlhf.placement import demands
 from hgpo_train.openrlhf.resume import latest_tag, resume_args
-from hgpo_train.openrlhf.settings import SECTION, OpenRLHFConfig, load_run
 
 RUN_FOLDER_ITEMS = (
     "checkpoints",
@@ -53,54 +51,6 @@ RAY_ENV_VARS = {
     "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1",
 }
 """What OpenRLHF's own ``ray.init`` sets (train_ppo_ray.py line 24); the caller's environment wins."""
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m hgpo_train.openrlhf",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=f"Keys of the {SECTION}: section ({SECTION}.field=value):\n\n"
-        + cluster_options()
-        + "\n\nShared config keys (section.field=value):\n\n"
-        + describe_options(),
-    )
-    parser.add_argument(
-        "--backend",
-        choices=["openrlhf"],
-        default="openrlhf",
-        help="accepted for python -m hgpo_train compatibility",
-    )
-    parser.add_argument("--env", help="rooms, alfworld, webshop or any registered env id (sets env.name)")
-    parser.add_argument("--config", help="YAML run config with an openrlhf: section")
-    parser.add_argument("--model", help="hub name or local folder (sets model.name_or_path)")
-    parser.add_argument(
-        "--ray-address", help=f"join this Ray cluster ('auto' or HOST:PORT; sets {SECTION}.ray_address)"
-    )
-    parser.add_argument(
-        "--print-config",
-        action="store_true",
-        help="print the resolved config, openrlhf: section included, and exit",
-    )
-    parser.add_argument(
-        "--dry-run",
-        action="store_true",
-        help="resolve the config and OpenRLHF's arguments with OpenRLHF's own parser, print them, exit",
-    )
-    add_resume_flags(parser)
-    parser.add_argument(
-        "overrides",
-        nargs="*",
-        metavar="section.field=value",
-        help=f"override any key, e.g. advantage.estimator=gigpo {SECTION}.vllm_num_engines=4",
-    )
-    return parser
-
-
-def cluster_options() -> str:
-    """The openrlhf: keys with their defaults, for ``--help``."""
-    defaults = OpenRLHFConfig()
-    return "\n".join(f"  {SECTION}.{name} (default {value!r})" for name, value in vars(defaults).items())
 
 
 def required_gpus(config: Config, cluster: OpenRLHFConfig) -> int:
@@ -248,33 +198,23 @@ def run_paths(config: Config) -> dict[str, str]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    # RAY_ADDRESS is Ray's own convention (ray job submit sets it): it joins that cluster as the flag does
-    ray_address = args.ray_address or os.environ.get("RAY_ADDRESS")
-    overrides = list(args.overrides) + ([f"{SECTION}.ray_address={ray_address}"] if ray_address else [])
-    try:
-        config, cluster = load_run(args.config, overrides, env=args.env, model=args.model)
-    except ConfigError as error:
-        print(f"config error: {error}", file=sys.stderr)
-        return 2
-    if args.print_config:
-        print(config.to_yaml().rstrip("\n"))
-        print(yaml.safe_dump({SECTION: dataclasses.asdict(cluster)}, sort_keys=False), end="")
-        return 0
+def run(
+    config: Config, *, dry_run: bool = False, allow_config_change: bool = False, overwrite: bool = False
+) -> int:
+    """Train (or with ``dry_run`` print OpenRLHF's arguments); errors found before start are one line."""
     paths = run_paths(config)
-    if args.dry_run:
-        return dry_run(config, cluster, openrlhf_argv(config, cluster, **paths))
+    if dry_run:
+        return print_dry_run(config, config.openrlhf, openrlhf_argv(config, config.openrlhf, **paths))
     try:
         return train(
-            config, cluster, paths, allow_config_change=args.allow_config_change, overwrite=args.overwrite
+            config, config.openrlhf, paths, allow_config_change=allow_config_change, overwrite=overwrite
         )
     except (ConfigError, MissingExtraError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
 
 
-def dry_run(config: Config, cluster: OpenRLHFConfig, argv: list[str]) -> int:
+def print_dry_run(config: Config, cluster: OpenRLHFConfig, argv: list[str]) -> int:
     """Print the OpenRLHF command line and the namespace its parser and checks resolve it to."""
     from hgpo_train.openrlhf.arguments import resolve
     from hgpo_train.openrlhf.stubs import stubbed_gpu_packages
@@ -355,7 +295,7 @@ def train(
     check_cluster(config, cluster)
     record_start(
         run_dir,
-        {**config.to_dict(), SECTION: dataclasses.asdict(cluster)},
+        config.to_dict(),
         backend="openrlhf",
         policy_ranks=cluster.dp_size,
         nodes=[
@@ -366,7 +306,7 @@ def train(
     )
     argv = openrlhf_argv(config, cluster, **paths) + resume
     (run_dir / "openrlhf.yaml").write_text(
-        yaml.safe_dump({SECTION: vars(cluster), "openrlhf_argv": argv}, sort_keys=False)
+        yaml.safe_dump({SECTION: cluster.model_dump(), "openrlhf_argv": argv}, sort_keys=False)
     )
     stop_file = run_dir / STOP_FILE
     stop_file.unlink(missing_ok=True)

@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hgpo_train.config import Config, ConfigError
-from hgpo_train.openrlhf.settings import SECTION, OpenRLHFConfig
+from hgpo_train.config import BACKEND_SECTION as SECTION
+from hgpo_train.config import Config, ConfigError, OpenRLHFConfig
 
 Resources = dict[str, float]
 

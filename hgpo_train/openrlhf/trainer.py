@@ -34,7 +34,7 @@ from openrlhf.utils.utils import get_tokenizer
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from hgpo_train.batch import StepBatch
-from hgpo_train.config import Config
+from hgpo_train.config import Config, OpenRLHFConfig
 from hgpo_train.diagnostics import credit_metrics
 from hgpo_train.eval import Evaluator
 from hgpo_train.openrlhf.constraints import constraint_table, start_store
@@ -43,7 +43,6 @@ from hgpo_train.openrlhf.experience_maker import StepAdvantageMaker
 from hgpo_train.openrlhf.gap import gap_metrics, policy_logprobs, probe_rows, score_on_engines
 from hgpo_train.openrlhf.padding import pad_multiple
 from hgpo_train.openrlhf.samples import step_experiences
-from hgpo_train.openrlhf.settings import OpenRLHFConfig
 from hgpo_train.rollout import collect_rollouts, count_tasks, make_pool, progress_lines
 from hgpo_train.tracking import MetricsLogger
 from hgpo_train.train import draw_group_tasks, iteration_seed

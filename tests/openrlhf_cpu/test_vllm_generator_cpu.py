@@ -17,6 +17,7 @@ import torch
 from conftest import REPO
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from hgpo_train.__main__ import main
 from hgpo_train.config import GenerationConfig
 from hgpo_train.constrained import choices_regex
 from hgpo_train.generation import VLLMGenerator
@@ -141,10 +142,20 @@ def test_a_head_size_without_cpu_kernels_is_one_line(tmp_path: Path, capsys) -> 
     """Before any run folder or Ray: the tiny model's head size 16 has no vLLM CPU kernel."""
     from conftest import CPU_CONFIG
 
-    from hgpo_train.openrlhf.cli import main
-
     out = tmp_path / "run"
-    assert main(["--config", str(CPU_CONFIG), "tiny.num_heads=4", f"train.output_dir={out}"]) == 2
+    assert (
+        main(
+            [
+                "--backend",
+                "openrlhf",
+                "--config",
+                str(CPU_CONFIG),
+                "tiny.num_heads=4",
+                f"train.output_dir={out}",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert "head size 16" in err and "tiny.num_heads" in err and len(err.splitlines()) == 1, err
     assert not out.exists()
