@@ -13,13 +13,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import gymnasium as gym
 
 from hgpo_env.actions import ParseResponse
-from hgpo_env.adapter import TextEnvSpec, adapt
+from hgpo_env.adapter import TextAdapter, TextEnvSpec, adapt
 from hgpo_env.arguments import check_argument_types
 from hgpo_env.memory import DEFAULT_HISTORY_LENGTH, KStepMemory, Tokenizer
 
@@ -46,6 +47,12 @@ EXTRAS = {
     "hgpo_env.serve": "serve",
 }
 """Env package -> the pip extra that installs its engine's dependencies."""
+
+
+_BUILDERS: dict[str, Callable[[], list[Callable[..., Any]]]] = {}
+"""For each id registered here, the callables ``make`` passes the caller's arguments to beside the
+wrappers (the env class, or the adapter and the user's factory); loaded when asked, since loading
+an env class imports its engine."""
 
 
 class MissingExtraError(ModuleNotFoundError):
@@ -123,6 +130,7 @@ def register_envs() -> None:
     for env_id, class_path in ENV_CLASSES.items():
         if env_id not in gym.registry:
             gym.register(id=env_id, entry_point=functools.partial(make_agent_env, class_path))
+        _BUILDERS[env_id] = functools.partial(lambda path: [load_class(path)], class_path)
 
 
 def import_env_module(env_id: str) -> str:
@@ -145,3 +153,18 @@ def register_text_env(env_id: str, make_env: Callable[..., Any], spec: TextEnvSp
     """
     factory = functools.partial(adapt, make_env, spec)
     gym.register(id=env_id, entry_point=functools.partial(make_agent_env, factory), kwargs=defaults)
+    _BUILDERS[env_id] = lambda: [TextAdapter, make_env]
+
+
+def env_defaults(env_id: str) -> dict[str, Any]:
+    """The values ``gymnasium.make(env_id)`` builds with where the caller gives none: the
+    wrappers' defaults, the env class's (or the adapter's and the factory's) and the id's own
+    registered ``kwargs``. An id registered with ``gymnasium.register`` directly has only the last."""
+    spec = gym.spec(import_env_module(env_id))
+    values: dict[str, Any] = {}
+    builder = _BUILDERS.get(spec.id)
+    for function in [make_agent_env, *builder()] if builder is not None else []:
+        parameters = inspect.signature(function).parameters.values()
+        values.update({p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty})
+    values.update(spec.kwargs)
+    return values

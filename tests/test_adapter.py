@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import random
 import subprocess
 import sys
@@ -272,3 +273,20 @@ def test_the_docs_example_runs_as_written():
     assert out.returncode == 0, out.stderr
     fingerprints, valid = out.stdout.rsplit(")", 1)
     assert len(fingerprints.strip("(").split(",")) == 3 and valid.strip() == "True"
+
+
+def test_the_registration_tells_what_an_id_builds_with_by_default():
+    """What ``python -m hgpo_env serve`` compares a client's arguments with: asked of the
+    registration, not read out of gymnasium's entry points."""
+    from hgpo_env.registration import env_defaults
+
+    dial = env_defaults("byo_envs:TestDial-v0")
+    assert dial["history_length"] == hgpo_env.memory.DEFAULT_HISTORY_LENGTH  # the wrappers'
+    assert (
+        dial["max_steps"] == inspect.signature(TextAdapter).parameters["max_steps"].default
+    )  # the adapter's
+    assert dial["counter"] is False and dial["limit"] == 100  # the factory's, and the id's own kwargs
+    rooms = env_defaults("HGPO-Rooms-v0")
+    assert rooms["show_carried"] is False and rooms["split"] == "train"  # the env class's
+    gym.register(id="TestPlainRegistration-v0", entry_point=Dial, kwargs={"limit": 7})
+    assert env_defaults("TestPlainRegistration-v0") == {"limit": 7}

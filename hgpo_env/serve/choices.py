@@ -10,8 +10,6 @@ or set a key the operator named with ``--allow KEY`` or ``--allow KEY=LOW..HIGH`
 
 from __future__ import annotations
 
-import functools
-import inspect
 import re
 import reprlib
 from collections.abc import Iterable, Mapping, Sequence
@@ -19,10 +17,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
-import gymnasium as gym
-
-from hgpo_env.adapter import TextAdapter, adapt
-from hgpo_env.registration import import_env_module, load_class, make_agent_env
+from hgpo_env.registration import env_defaults
 
 TASK_KEYS = frozenset({"split"})
 """Env arguments that choose tasks, which every client may set."""
@@ -80,30 +75,6 @@ class Allowed:
             )
 
 
-def _defaults(function: Any) -> dict[str, Any]:
-    parameters = inspect.signature(function).parameters.values()
-    return {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
-
-
-def served_defaults(env_id: str) -> dict[str, Any]:
-    """The values ``gymnasium.make(env_id)`` builds with where the caller gives none: the
-    wrappers' defaults, the env class's (or the adapter's and its factory's) and the id's own."""
-    spec = gym.spec(import_env_module(env_id))
-    values = {}
-    entry = spec.entry_point
-    if isinstance(entry, functools.partial) and entry.func is make_agent_env and entry.args:
-        values.update(_defaults(make_agent_env))
-        target = entry.args[0]
-        target = load_class(target) if isinstance(target, str) else target
-        if isinstance(target, functools.partial) and target.func is adapt:
-            values.update(_defaults(TextAdapter.__init__))
-            values.update(_defaults(target.args[0]))
-        elif inspect.isclass(target):
-            values.update(_defaults(target.__init__))
-    values.update(spec.kwargs)
-    return values
-
-
 class ClientChoices:
     """Resolves the env arguments of a client's reset against the operator's."""
 
@@ -111,7 +82,7 @@ class ClientChoices:
         self, env_id: str, launch_kwargs: Mapping[str, Any], allowed: Sequence[Allowed] = ()
     ) -> None:
         self.launch_kwargs = dict(launch_kwargs)
-        self.effective = {**served_defaults(env_id), **self.launch_kwargs}
+        self.effective = {**env_defaults(env_id), **self.launch_kwargs}
         self.allowed = {a.name: a for a in allowed}
 
     def resolve(self, requested: Mapping[str, Any] | None) -> dict[str, Any]:
