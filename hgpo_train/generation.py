@@ -96,6 +96,12 @@ class PromptEncoder:
         return tuple(self.tokenizer.encode(text, add_special_tokens=False))
 
     @cached_property
+    def end_ids(self) -> list[int]:
+        """The tokens that end a response: the end of turn, and EOS where it is another token."""
+        eos = self.tokenizer.eos_token_id
+        return sorted({self.end_id} | ({eos} if eos is not None else set()))
+
+    @cached_property
     def slot_vocabulary(self) -> SlotVocabulary:
         """The tokenizer's slot masks, worked out on the first command with a slot."""
         return slot_vocabulary(self.tokenizer)
@@ -122,8 +128,7 @@ class HFGenerator:
         self.config = config
         self.encoder = PromptEncoder(tokenizer, response_format)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.encoder.end_id
-        eos = tokenizer.eos_token_id
-        self.end_ids = sorted({self.encoder.end_id} | ({eos} if eos is not None else set()))
+        self.end_ids = self.encoder.end_ids
 
     def sync_weights(self, model: Any) -> None:
         """Nothing to do: generation runs on the trained model."""
@@ -257,37 +262,19 @@ class VLLMGenerator:
             logits_processors=[CHOICES_PROCESSOR],
         )
 
-    def _params(self, temperature: float, commands: Sequence[str] | None) -> Any:
-        return self.vllm.SamplingParams(
-            temperature=temperature,
-            top_p=self.config.top_p,
-            max_tokens=self.config.max_new_tokens,
-            stop_token_ids=[self.encoder.end_id],
-            **constrained_sampling(self.encoder, commands),
-        )
-
     def generate(
         self,
         prompts: Sequence[str],
         admissible: Sequence[Sequence[str]] | None = None,
         temperature: float | None = None,
     ) -> list[Generation]:
-        temperature = self.config.temperature if temperature is None else temperature
-        encoded = [self.encoder.prompt_ids(p) for p in prompts]
-        params = [
-            self._params(temperature, admissible[i] if admissible else None) for i in range(len(prompts))
-        ]
-        outputs = self.llm.generate([{"prompt_token_ids": ids} for ids in encoded], params, use_tqdm=False)
-        return [
-            vllm_generation(
-                self.encoder,
-                encoded[i],
-                out.outputs[0],
-                [self.encoder.end_id],
-                admissible[i] if admissible else None,
-            )
-            for i, out in enumerate(outputs)
-        ]
+        requests = vllm_requests(self.encoder, self.config, prompts, admissible, temperature)
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": r.prompt_ids} for r in requests],
+            [self.vllm.SamplingParams(**r.sampling) for r in requests],
+            use_tqdm=False,
+        )
+        return [r.generation(out.outputs[0]) for r, out in zip(requests, outputs)]
 
     def sync_weights(self, model: Any) -> None:
         """Load the trainer's current weights into the engine (LoRA adapters merged first).
@@ -322,26 +309,68 @@ def constrained_sampling(encoder: PromptEncoder, commands: Sequence[str] | None)
     return {"guided_decoding": params_module.GuidedDecodingParams(regex=regex)}
 
 
-def vllm_generation(
-    encoder: PromptEncoder,
-    prompt_ids: list[int],
-    completion: Any,
-    end_ids: Sequence[int],
-    commands: Sequence[str] | None,
-) -> Generation:
-    """A :class:`Generation` from one vLLM ``CompletionOutput`` of ``prompt_ids``.
+@dataclass
+class VLLMRequest:
+    """One prompt for a vLLM engine: its token ids, the ``SamplingParams`` keywords, its commands."""
 
-    A response that stopped on an end token vLLM left out gets it back (the policy must learn to
-    emit it). Constrained responses carry their choices unless vLLM tokenised the command another
-    way than the trie (``choices=None``: trained unconstrained).
-    """
-    response = list(completion.token_ids)
-    if completion.finish_reason == "stop" and (not response or response[-1] not in end_ids):
-        response.append(encoder.end_id)
-    choices = encoder.choices(commands) if commands is not None else None
-    if choices is not None and not on_trie(choices, response, encoder.end_id):
-        choices = None
-    return Generation(prompt_ids, response, encoder.decode(response), choices)
+    encoder: PromptEncoder
+    prompt_ids: list[int]
+    sampling: dict[str, Any]
+    commands: Sequence[str] | None
+
+    def generation(self, completion: Any) -> Generation:
+        """A :class:`Generation` from the engine's ``CompletionOutput`` for this request.
+
+        A response that stopped on an end token vLLM left out gets it back (the policy must learn
+        to emit it). Constrained responses carry their choices unless vLLM tokenised the command
+        another way than the trie (``choices=None``: trained unconstrained).
+        """
+        encoder, response = self.encoder, list(completion.token_ids)
+        if completion.finish_reason == "stop" and (not response or response[-1] not in encoder.end_ids):
+            response.append(encoder.end_id)
+        choices = encoder.choices(self.commands) if self.commands is not None else None
+        if choices is not None and not on_trie(choices, response, encoder.end_id):
+            choices = None
+        return Generation(self.prompt_ids, response, encoder.decode(response), choices)
+
+
+def vllm_requests(
+    encoder: PromptEncoder,
+    config: GenerationConfig,
+    prompts: Sequence[str],
+    admissible: Sequence[Sequence[str]] | None,
+    temperature: float | None,
+    max_len: int | None = None,
+) -> list[VLLMRequest]:
+    """The start of every vLLM generation, in process or on OpenRLHF's engines: prompts encoded
+    once, sampling at ``temperature`` (None: the config's), stopping at :attr:`PromptEncoder.end_ids`,
+    constrained to the admissible commands when given, and with ``max_len`` (prompt + response
+    tokens) the response budget shrunk to fit; a prompt that leaves no room raises
+    :class:`PromptTooLongError`."""
+    temperature = config.temperature if temperature is None else temperature
+    requests = []
+    for i, prompt in enumerate(prompts):
+        ids = encoder.prompt_ids(prompt)
+        room = config.max_new_tokens if max_len is None else min(config.max_new_tokens, max_len - len(ids))
+        if room < 1:
+            raise PromptTooLongError(
+                f"a prompt of {len(ids)} tokens leaves no room for a response within openrlhf.max_len="
+                f"{max_len}; set env.max_prompt_tokens (the memory window then shrinks to fit)"
+            )
+        commands = admissible[i] if admissible else None
+        sampling = {
+            "temperature": temperature,
+            "top_p": config.top_p,
+            "max_tokens": room,
+            "stop_token_ids": encoder.end_ids,
+            **constrained_sampling(encoder, commands),
+        }
+        requests.append(VLLMRequest(encoder, ids, sampling, commands))
+    return requests
+
+
+class PromptTooLongError(ValueError):
+    """A prompt leaves no room for a response within ``openrlhf.max_len``."""
 
 
 def merged_state_dict(model: Any) -> dict[str, torch.Tensor]:

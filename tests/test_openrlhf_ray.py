@@ -31,7 +31,8 @@ from hgpo_train.rollout import collect_rollouts, count_tasks, make_pool
 with stubbed_gpu_packages():
     from test_openrlhf import assert_experience_advantages, make_maker
 
-    from hgpo_train.openrlhf.engines import EngineGenerator, PromptTooLongError
+    from hgpo_train.generation import PromptTooLongError
+    from hgpo_train.openrlhf.engines import EngineGenerator
     from hgpo_train.openrlhf.samples import step_experiences
     from hgpo_train.openrlhf.trainer import HGPOTrainer, trainer_actor
 

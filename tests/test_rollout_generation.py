@@ -35,7 +35,13 @@ from hgpo_train.constrained import (
     slot_vocabulary,
     split_slot,
 )
-from hgpo_train.generation import CHOICES_PROCESSOR, HFGenerator, VLLMGenerator, merged_state_dict
+from hgpo_train.generation import (
+    CHOICES_PROCESSOR,
+    HFGenerator,
+    VLLMGenerator,
+    merged_state_dict,
+    vllm_requests,
+)
 from hgpo_train.modeling import load_policy, load_tokenizer
 from hgpo_train.rollout import collect_rollouts, make_pool
 from hgpo_train.tiny_model import build_tiny_model
@@ -426,15 +432,20 @@ def test_vllm_generator_glue_with_a_stub_module(tiny, fake_vllm):
     assert set(llm.loaded) == set(model.state_dict())
 
 
+def _sampling(generator, commands):
+    """The ``SamplingParams`` keywords of one constrained prompt."""
+    return vllm_requests(generator.encoder, generator.config, ["find red shoes"], [commands], 1.0)[0].sampling
+
+
 def test_vllm_constrains_a_slot_with_a_regex_and_checks_replies_on_the_trie(tiny, fake_vllm, monkeypatch):
     _, tokenizer, path = tiny
     generator = VLLMGenerator(str(path), tokenizer, GenerationConfig(backend="vllm"), "plain")
     llm = _FakeLLM.instances[-1]
     llm.tokenizer = tokenizer
     commands = [SEARCH_PLACEHOLDER, "click[< prev]"]
-    structured = generator._params(1.0, commands).kwargs["structured_outputs"]
+    structured = _sampling(generator, commands)["structured_outputs"]
     assert structured.choice is None and structured.regex == choices_regex(commands)
-    without_slot = generator._params(1.0, commands[1:]).kwargs  # the trie, in vLLM's engine
+    without_slot = _sampling(generator, commands[1:])  # the trie, in vLLM's engine
     assert "structured_outputs" not in without_slot
     assert without_slot["extra_args"] == choice_args(
         generator.encoder.choices(commands[1:]), generator.encoder.end_id
@@ -450,7 +461,7 @@ def test_vllm_constrains_a_slot_with_a_regex_and_checks_replies_on_the_trie(tiny
     sampling = sys.modules["vllm.sampling_params"]  # vLLM < 0.11: guided decoding, same arguments
     monkeypatch.delattr(sampling, "StructuredOutputsParams")
     monkeypatch.setattr(sampling, "GuidedDecodingParams", _structured, raising=False)
-    assert generator._params(1.0, commands).kwargs["guided_decoding"].regex == choices_regex(commands)
+    assert _sampling(generator, commands)["guided_decoding"].regex == choices_regex(commands)
 
 
 def test_vllm_missing_gives_an_actionable_error(monkeypatch, tiny):
@@ -503,3 +514,31 @@ def test_progress_lines_are_throttled(monkeypatch):
         "iteration 3 rollout: turn 3, 125/128 episodes running, 384 steps",
         "iteration 3 rollout: turn 5, 123/128 episodes running, 640 steps",
     ]
+
+
+def test_every_vllm_generation_starts_alike(tiny):
+    """In process or on OpenRLHF's engines: prompts encoded once, the same stop tokens (end of turn
+    and EOS) as HF generation, the response budget shrunk to fit ``max_len``, and no room refused."""
+    from hgpo_train.generation import PromptEncoder, PromptTooLongError
+
+    _, tokenizer, _ = tiny
+    encoder = PromptEncoder(tokenizer, "plain")
+    config = GenerationConfig(max_new_tokens=16, top_p=0.9)
+    prompts, admissible = _prompts("plain", 2)
+    (first, second) = vllm_requests(encoder, config, prompts, admissible, None)
+    assert first.prompt_ids == encoder.prompt_ids(prompts[0])
+    assert (
+        first.sampling["stop_token_ids"]
+        == encoder.end_ids
+        == HFGenerator(tiny[0], tokenizer, config, "plain").end_ids
+    )
+    assert (first.sampling["temperature"], first.sampling["top_p"], first.sampling["max_tokens"]) == (
+        1.0,
+        0.9,
+        16,
+    )
+    assert first.commands == admissible[0] and "extra_args" in first.sampling  # the commands' trie
+    fitted = vllm_requests(encoder, config, prompts[:1], None, 0.5, max_len=len(first.prompt_ids) + 3)[0]
+    assert (fitted.sampling["max_tokens"], fitted.sampling["temperature"], fitted.commands) == (3, 0.5, None)
+    with pytest.raises(PromptTooLongError, match="openrlhf.max_len"):
+        vllm_requests(encoder, config, prompts[:1], None, None, max_len=len(first.prompt_ids))

@@ -16,17 +16,7 @@ from typing import Any
 import ray
 
 from hgpo_train.config import GenerationConfig
-from hgpo_train.generation import (
-    CHOICES_PROCESSOR,
-    Generation,
-    PromptEncoder,
-    constrained_sampling,
-    vllm_generation,
-)
-
-
-class PromptTooLongError(ValueError):
-    """A prompt leaves no room for a response within ``openrlhf.max_len``."""
+from hgpo_train.generation import CHOICES_PROCESSOR, Generation, PromptEncoder, vllm_requests
 
 
 def vllm_sampling_params(**kwargs: Any) -> Any:
@@ -62,8 +52,6 @@ class EngineGenerator:
         self.max_len = max_len
         self.make_params = make_params
         self.encoder = PromptEncoder(tokenizer, response_format)
-        eos = tokenizer.eos_token_id
-        self.end_ids = sorted({self.encoder.end_id} | ({eos} if eos is not None else set()))
 
     def generate(
         self,
@@ -71,32 +59,14 @@ class EngineGenerator:
         admissible: Sequence[Sequence[str]] | None = None,
         temperature: float | None = None,
     ) -> list[Generation]:
-        temperature = self.config.temperature if temperature is None else temperature
-        encoded = [self.encoder.prompt_ids(p) for p in prompts]
-        refs = []
-        for i, ids in enumerate(encoded):
-            room = self.max_len - len(ids)
-            if room < 1:
-                raise PromptTooLongError(
-                    f"a prompt of {len(ids)} tokens leaves no room for a response within openrlhf.max_len="
-                    f"{self.max_len}; set env.max_prompt_tokens (the memory window then shrinks to fit)"
-                )
-            params = self.make_params(
-                temperature=temperature,
-                top_p=self.config.top_p,
-                max_tokens=min(self.config.max_new_tokens, room),
-                stop_token_ids=self.end_ids,
-                **constrained_sampling(self.encoder, admissible[i] if admissible else None),
+        requests = vllm_requests(self.encoder, self.config, prompts, admissible, temperature, self.max_len)
+        refs = [
+            self.engines[i * len(self.engines) // len(requests)].generate.remote(
+                r.prompt_ids, self.make_params(**r.sampling)
             )
-            engine = self.engines[i * len(self.engines) // len(encoded)]
-            refs.append(engine.generate.remote(ids, params))
-        outputs = ray.get(refs)
-        return [
-            vllm_generation(
-                self.encoder, ids, output.outputs[0], self.end_ids, admissible[i] if admissible else None
-            )
-            for i, (ids, output) in enumerate(zip(encoded, outputs))
+            for i, r in enumerate(requests)
         ]
+        return [r.generation(output.outputs[0]) for r, output in zip(requests, ray.get(refs))]
 
 
 def engine_actor(worker_extension_cls: str | None = None) -> Any:

@@ -268,7 +268,7 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         gap = self.engine_gap(batch)
         gap_s = time.perf_counter() - began
         self.publish_constraints(batch)
-        samples, table = step_experiences(batch, self.multiple, self.generator.end_ids)
+        samples, table = step_experiences(batch, self.multiple, self.generator.encoder.end_ids)
         self.experience_maker.table = table
         print(f"iteration {iteration + 1}: update on {len(batch)} steps", file=sys.stderr, flush=True)
         status, _ = self.train_step(samples, iteration)
