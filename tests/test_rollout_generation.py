@@ -525,7 +525,8 @@ def test_every_vllm_generation_starts_alike(tiny):
     encoder = PromptEncoder(tokenizer, "plain")
     config = GenerationConfig(max_new_tokens=16, top_p=0.9)
     prompts, admissible = _prompts("plain", 2)
-    (first, second) = vllm_requests(encoder, config, prompts, admissible, None)
+    first, second = vllm_requests(encoder, config, prompts, admissible, None)
+    assert second.commands == admissible[1] and second.prompt_ids == encoder.prompt_ids(prompts[1])
     assert first.prompt_ids == encoder.prompt_ids(prompts[0])
     assert (
         first.sampling["stop_token_ids"]
