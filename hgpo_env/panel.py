@@ -8,6 +8,9 @@ each task id with its key; its hash is the sha256 of that list with the env id a
 results name the same tasks exactly when their panel hashes are equal.
 
     python -m hgpo_env panel HGPO-ALFWorld-v0 valid_unseen      # the manifest, as JSON
+
+The package ships the manifest of each env's evaluation split (:data:`SHIPPED`, in
+``hgpo_env/panels/``): ``eval.panel: HGPO-ALFWorld-v0.valid_seen`` plays and checks those tasks.
 """
 
 from __future__ import annotations
@@ -20,6 +23,47 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+
+
+@dataclass(frozen=True)
+class ShippedPanel:
+    """How a shipped manifest was made: ``build_panel(env_id, split, tasks)`` with the env's default
+    arguments, and the benchmark's official data where the env reads data (``data_path``)."""
+
+    env_id: str
+    split: str
+    tasks: int | None
+    """The first this many task ids (envs that generate tasks without end), or None: the whole split."""
+    data: str | None = None
+    """The folder of the official data (``../shared/data/<data>`` here) the env reads, if any."""
+
+    @property
+    def path(self) -> Path:
+        return PANELS / f"{self.name}.json"
+
+    @property
+    def name(self) -> str:
+        return f"{self.env_id}.{self.split}"
+
+
+PANELS = Path(__file__).parent / "panels"
+SHIPPED = {
+    panel.name: panel
+    for panel in (
+        ShippedPanel("HGPO-Rooms-v0", "eval", 100),
+        ShippedPanel("HGPO-ALFWorld-v0", "valid_seen", None, data="alfworld"),
+        ShippedPanel(
+            "HGPO-WebShop-v0", "test", None, data="webshop"
+        ),  # the same 500 goals under both protocols
+        ShippedPanel("HGPO-TextWorldExpress-v0", "test", None),
+        ShippedPanel("HGPO-ScienceWorld-v0", "test", None),
+        ShippedPanel("HGPO-BabyAI-v0", "eval", 100),
+        ShippedPanel("HGPO-TextArena-v0", "eval", 100),
+    )
+}
+"""The manifests in ``hgpo_env/panels/``, by name (``<env id>.<split>``). ALFWorld's valid_unseen is not shipped (its games were not
+at hand when these were made: ``python -m hgpo_env panel HGPO-ALFWorld-v0 valid_unseen`` makes it);
+HGPO-TextWorld-v0 plays the user's own games, whose panel only the user can make."""
 
 
 class PanelError(ValueError):
@@ -82,7 +126,10 @@ class Panel:
 
     @classmethod
     def load(cls, path: str | Path) -> Panel:
-        """The panel of a manifest file; one that cannot be read is a :class:`PanelError`."""
+        """The panel of a manifest file, or of a shipped manifest by name (:data:`SHIPPED`); one
+        that cannot be read is a :class:`PanelError`."""
+        if str(path) in SHIPPED and not Path(path).exists():
+            path = SHIPPED[str(path)].path
         try:
             return cls.from_json(json.loads(Path(path).read_text()))
         except (OSError, ValueError, KeyError, TypeError) as error:

@@ -242,9 +242,11 @@ class EvalConfig(Section):
     samples_per_task: PositiveInt = 1
     """Per seed, play the task list at least this many times (the n of pass@k; whole passes)."""
     panel: str | None = None
-    """A task panel manifest (``python -m hgpo_env panel``): evaluation plays its tasks and refuses,
-    in one line, an env whose tasks differ from it (another data version); None: the panel is
-    made from the episodes played, and its hash recorded."""
+    """A task panel: a manifest file (``python -m hgpo_env panel``) or a shipped one's name
+    (``HGPO-ALFWorld-v0.valid_seen``, ``hgpo_env.panel.SHIPPED``). Evaluation plays its tasks in
+    its order (``eval.tasks`` is then not read) and refuses, in one line, an env whose tasks differ
+    from it (another data version); None: the panel is made from the episodes played, and its hash
+    recorded."""
 
 
 class LoggingConfig(Section):

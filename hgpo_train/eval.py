@@ -152,13 +152,30 @@ class Evaluator:
         return self._pools[size]
 
     def task_ids(self) -> list[int]:
-        """One seed's episodes: ``eval.tasks`` (null: every task of the eval split), repeated in
-        whole passes until ``eval.min_episodes``."""
+        """One seed's episodes: the panel's tasks (:attr:`panel_tasks`), repeated in whole passes
+        until ``eval.min_episodes`` and ``eval.samples_per_task``."""
         return self.panel_tasks * self.passes()
 
     @functools.cached_property
+    def manifest(self) -> Panel | None:
+        """``eval.panel``'s panel (a manifest file or a shipped name), refused at once if it is
+        another env or split than this evaluation's."""
+        if self.config.eval.panel is None:
+            return None
+        manifest = Panel.load(self.config.eval.panel)
+        if (manifest.env_id, manifest.split) != (self.config.env.env_id, self.split):
+            raise PanelError(
+                f"eval.panel {self.config.eval.panel} is {manifest.env_id} {manifest.split}; this evaluation "
+                f"plays {self.config.env.env_id} {self.split} (env.name, eval.env_kwargs)"
+            )
+        return manifest
+
+    @functools.cached_property
     def panel_tasks(self) -> list[int]:
-        """The task ids of one pass, in play order (counting the split's tasks builds an env: once)."""
+        """The task ids of one pass, in play order: ``eval.panel``'s, else ``eval.tasks`` (null: every
+        task of the split; counting them builds an env, once)."""
+        if self.manifest is not None:
+            return list(self.manifest.task_ids)
         tasks = self.config.eval.tasks
         if tasks is None:
             count = count_tasks(self.config.env, self.config.eval.env_kwargs)
@@ -179,27 +196,9 @@ class Evaluator:
     def split(self) -> str | None:
         return {**self.config.env.kwargs, **self.config.eval.env_kwargs}.get("split")
 
-    def _manifest(self, tasks: list[int]) -> Panel | None:
-        """``eval.panel``'s panel, refused at once if it names other tasks than this evaluation."""
-        if self.config.eval.panel is None:
-            return None
-        manifest = Panel.load(self.config.eval.panel)
-        if (manifest.env_id, manifest.split, list(manifest.task_ids)) != (
-            self.config.env.env_id,
-            self.split,
-            tasks,
-        ):
-            raise PanelError(
-                f"eval.panel {self.config.eval.panel} is {manifest.env_id} {manifest.split} with "
-                f"{len(manifest.task_ids)} tasks; this evaluation plays {self.config.env.env_id} "
-                f"{self.split} with {len(tasks)} (eval.tasks, eval.env_kwargs)"
-            )
-        return manifest
-
     def run(self) -> EvalResult:
         cfg = self.config
-        panel_tasks = self.panel_tasks
-        manifest = self._manifest(panel_tasks)
+        panel_tasks, manifest = self.panel_tasks, self.manifest
         expected = dict(zip(manifest.task_ids, manifest.task_keys)) if manifest else {}
         tasks = self.task_ids()
         chunk = min(len(tasks), cfg.env.num_groups * cfg.env.group_size)

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from hgpo_env.panel import Panel, PanelError, build_panel, panel_from_episodes
+from hgpo_env.panel import SHIPPED, Panel, PanelError, build_panel, panel_from_episodes
 from hgpo_train.eval import EpisodeResult, EvalResult, pass_at_k
 
 
@@ -62,9 +62,27 @@ def test_a_task_played_twice_in_one_pass_or_changing_between_episodes_is_refused
         panel_from_episodes("env", "eval", [0, 1], [(0, 5)])
 
 
-def test_alfworld_valid_seen_is_a_panel_of_140_distinct_games(shared_data):
-    panel = build_panel("HGPO-ALFWorld-v0", "valid_seen", env_kwargs={"data_path": shared_data / "alfworld"})
-    assert len(panel.task_ids) == 140 and len(set(panel.task_keys)) == 140
+SIZES = {"HGPO-ALFWorld-v0.valid_seen": 140, "HGPO-WebShop-v0.test": 500}
+"""The published splits' sizes (ALFWorld's seen validation games, WebShop's test goals)."""
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_every_shipped_panel_is_what_its_env_plays_today(name, request):
+    """A package upgrade or a data version that changes the tasks fails here, not in a results table."""
+    spec = SHIPPED[name]
+    kwargs = {"data_path": request.getfixturevalue("shared_data") / spec.data} if spec.data else {}
+    built = build_panel(spec.env_id, spec.split, range(spec.tasks) if spec.tasks else None, kwargs)
+    shipped = Panel.load(name)  # by name, as eval.panel takes it
+    shipped.check(built)
+    assert shipped == Panel.load(spec.path) and len(shipped.task_ids) == SIZES.get(name, len(built.task_ids))
+
+
+def test_every_env_id_has_a_shipped_panel():
+    import gymnasium as gym
+
+    shipped = {spec.env_id for spec in SHIPPED.values()}
+    own_games = {"HGPO-TextWorld-v0"}  # plays the user's games: its panel is the user's to make
+    assert {env_id for env_id in gym.registry if env_id.startswith("HGPO-")} == shipped | own_games
 
 
 def brute_force_pass_at_k(wins: list[bool], k: int) -> float:
@@ -107,8 +125,3 @@ def test_the_metrics_agree_with_each_other():
         np.mean([brute_force_pass_at_k(w, 2) for w in by_task.values()])
     )
     assert "pass@8" not in metrics  # 4 samples per task
-
-
-def test_webshop_test_is_a_panel_of_500_distinct_goals(shared_data):
-    panel = build_panel("HGPO-WebShop-v0", "test", env_kwargs={"data_path": shared_data / "webshop"})
-    assert len(panel.task_ids) == 500 and len(set(panel.task_keys)) == 500

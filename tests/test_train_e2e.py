@@ -243,6 +243,12 @@ def test_rooms_iteration_checkpoint_exact_resume_and_eval(tmp_path, capsys):
     manifest.write_text(json.dumps(build_panel("HGPO-Rooms-v0", "eval", [0, 1, 2], other_data).to_json()))
     assert eval_main([*argv, f"eval.panel={manifest}"]) == 2
     assert "panel error: task 0 is another task here than in eval.panel" in capsys.readouterr().err
+    # a shipped panel by name: its tasks are played (not eval.tasks'), and Rooms' shipped one is of
+    # the default houses, not these small ones: refused at its first task
+    assert eval_main([*argv, "eval.panel=HGPO-Rooms-v0.eval"]) == 2
+    assert "panel error: task 0 is another task here than in eval.panel" in capsys.readouterr().err
+    assert eval_main([*argv, "eval.panel=HGPO-WebShop-v0.test"]) == 2  # another env
+    assert "eval.panel HGPO-WebShop-v0.test is HGPO-WebShop-v0 test" in capsys.readouterr().err
 
 
 def test_g2po_trains_an_iteration(tmp_path):
