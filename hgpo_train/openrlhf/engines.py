@@ -16,7 +16,7 @@ from typing import Any
 import ray
 
 from hgpo_train.config import GenerationConfig
-from hgpo_train.generation import CHOICES_PROCESSOR, Generation, PromptEncoder, vllm_requests
+from hgpo_train.generation import CHOICES_PROCESSOR, PromptEncoder, RequestGenerator, VLLMRequest
 
 
 def vllm_sampling_params(**kwargs: Any) -> Any:
@@ -26,7 +26,7 @@ def vllm_sampling_params(**kwargs: Any) -> Any:
     return vllm.SamplingParams(**kwargs)
 
 
-class EngineGenerator:
+class EngineGenerator(RequestGenerator):
     """Samples one response per prompt on the engines; ``sync_weights`` is the trainer's broadcast.
 
     ``admissible`` constrains responses to the commands' token trie inside the engines (their
@@ -53,20 +53,14 @@ class EngineGenerator:
         self.make_params = make_params
         self.encoder = PromptEncoder(tokenizer, response_format)
 
-    def generate(
-        self,
-        prompts: Sequence[str],
-        admissible: Sequence[Sequence[str]] | None = None,
-        temperature: float | None = None,
-    ) -> list[Generation]:
-        requests = vllm_requests(self.encoder, self.config, prompts, admissible, temperature, self.max_len)
+    def complete(self, requests: Sequence[VLLMRequest]) -> list[Any]:
         refs = [
             self.engines[i * len(self.engines) // len(requests)].generate.remote(
                 r.prompt_ids, self.make_params(**r.sampling)
             )
             for i, r in enumerate(requests)
         ]
-        return [r.generation(output.outputs[0]) for r, output in zip(requests, ray.get(refs))]
+        return [output.outputs[0] for output in ray.get(refs)]
 
 
 def engine_actor(worker_extension_cls: str | None = None) -> Any:
