@@ -138,6 +138,8 @@ class Evaluator:
         self.generator = generator
         self.tokenizer = tokenizer
         self._pools: dict[int, GroupedEnvPool] = {}
+        self._probed = False
+        """Whether an env was made with the evaluation's arguments (the first pool checks them)."""
 
     def _pool(self, size: int) -> GroupedEnvPool:
         if size not in self._pools:
@@ -148,7 +150,9 @@ class Evaluator:
                 seed=0,
                 tokenizer=self.tokenizer,
                 env_kwargs=self.config.eval.env_kwargs,
+                probe=not self._probed,
             )
+            self._probed = True
         return self._pools[size]
 
     def task_ids(self) -> list[int]:
@@ -179,6 +183,7 @@ class Evaluator:
         tasks = self.config.eval.tasks
         if tasks is None:
             count = count_tasks(self.config.env, self.config.eval.env_kwargs)
+            self._probed = True
             if count is None:
                 raise ConfigError(
                     f"eval.tasks is null but {self.config.env.env_id} has no finite task list: list the task ids"

@@ -53,6 +53,7 @@ def make_pool(
     tokenizer: Any = None,
     env_kwargs: Mapping[str, Any] | None = None,
     pool_options: Mapping[str, Any] | None = None,
+    probe: bool = True,
 ) -> GroupedEnvPool:
     """A pool of ``num_groups`` x ``group_size`` envs as ``env`` describes them.
 
@@ -60,8 +61,9 @@ def make_pool(
     ``pool_options`` configure the pool itself (:data:`POOL_OPTIONS`). Kept apart, an env
     argument can never be taken for a pool option, nor the other way round.
     ``tokenizer`` is used only with ``env.max_prompt_tokens`` (the memory window's token budget).
-    One env is made here first, so bad arguments or missing data fail with the env's own error
-    instead of one traceback per worker.
+    With ``probe``, one env is made here first, so bad arguments or missing data fail with the
+    env's own error instead of one traceback per worker; a caller that has just made one with
+    these arguments (:func:`count_tasks`) passes ``probe=False``.
     """
     unknown = sorted(set(pool_options or {}) - POOL_OPTIONS)
     if unknown:
@@ -73,12 +75,13 @@ def make_pool(
         **(pool_options or {}),
     }
     kwargs = _env_kwargs(env, tokenizer, env_kwargs or {})
-    probe = _make_env(env, kwargs)
-    try:
-        if env.backend == "openenv":
-            probe.reset(seed=0)  # a served env is made at its first reset: check the arguments there
-    finally:
-        probe.close()
+    if probe:
+        made = _make_env(env, kwargs)
+        try:
+            if env.backend == "openenv":
+                made.reset(seed=0)  # a served env is made at its first reset: check the arguments there
+        finally:
+            made.close()
     workers = min(env.num_workers, num_groups * group_size)
     return GroupedEnvPool(
         env.env_id, num_groups, group_size, num_workers=workers, seed=seed, **options, **kwargs

@@ -152,8 +152,13 @@ class Trainer:
             end_id=end_id,
             temperature=config.generation.temperature,
         )
-        self.pool = make_pool(
-            config.env, config.env.num_groups, config.env.group_size, seed=cfg.seed, tokenizer=self.tokenizer
+        self.pool = make_pool(  # count_tasks made one env with these arguments already
+            config.env,
+            config.env.num_groups,
+            config.env.group_size,
+            seed=cfg.seed,
+            tokenizer=self.tokenizer,
+            probe=False,
         )
         self.evaluator = Evaluator(config, self.generator, self.tokenizer)
         (self.run_dir / "config.yaml").write_text(config.to_yaml())

@@ -422,3 +422,26 @@ def test_an_iteration_shows_its_progress(tmp_path, capsys):
     assert statuses[0].startswith("rollout turn 1: ") and "episodes running" in statuses[0]
     assert statuses[-1].startswith("update on ") and len(statuses) >= 3
     assert "rollout turn 1: " in capsys.readouterr().err  # fit() shows them on its bar
+
+
+def test_the_driver_makes_one_env_per_set_of_arguments(tmp_path, monkeypatch):
+    """Counting the tasks checks the arguments; the pools' workers make their own envs, so neither
+    the training pool nor the evaluation's later pools make another here (ALFWorld and WebShop
+    envs take seconds to make)."""
+    from hgpo_train import rollout
+
+    made = []
+    real = rollout._make_env
+    monkeypatch.setattr(
+        rollout, "_make_env", lambda env, kwargs: made.append(kwargs.get("split")) or real(env, kwargs)
+    )
+    trainer = _trainer(
+        "rooms", tmp_path, ROOMS + ["train.iterations=1", "eval.tasks=[0, 1, 2]", "eval.seeds=[0]"]
+    )
+    try:
+        assert made == [None]  # the training split: count_tasks, not the pool again
+        trainer.evaluator.run()
+        trainer.evaluator.run()
+        assert made == [None, "eval"]  # the held-out split's first pool checks its arguments, once
+    finally:
+        trainer.close()

@@ -160,6 +160,7 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
             if config.env.backend == "openenv"
             else {"backend": "ray", "ray_actor_options": {"num_cpus": self.cluster.env_actor_cpus}}
         )
+        self.num_tasks = count_tasks(config.env)  # makes one env: bad arguments fail here, in one line
         self.pool = make_pool(
             config.env,
             config.env.num_groups,
@@ -167,8 +168,8 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
             seed=config.train.seed,
             tokenizer=tokenizer,
             pool_options=pool_options,
+            probe=False,
         )
-        self.num_tasks = count_tasks(config.env)
         self.evaluator = Evaluator(config, self.generator, tokenizer)
         self.constraints = start_store() if config.generation.constrained else None
         self.measure_gap = config.generation.temperature == 1.0
