@@ -24,8 +24,8 @@ try:
         ConfigError,
         add_resume_flags,
         describe_options,
+        dotted_flags_as_overrides,
         load_config,
-        section_names,
     )
     from hgpo_train.tracking import read_metrics
 except ModuleNotFoundError as missing:  # a core-only install, or a Python without hgpo: name the fix
@@ -81,37 +81,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="override any config key, e.g. advantage.estimator=gigpo update.lr=1e-5 (or --update.lr 1e-5)",
     )
     return parser
-
-
-def dotted_flags_as_overrides(argv: list[str]) -> list[str]:
-    """``--section.field value`` and ``--section.field=value`` as ``section.field=value``, as
-    OpenRLHF and SkyRL users type keys; a flag with no value after it is ``true``."""
-    sections = section_names()
-    out: list[str] = []
-    tokens = iter(range(len(argv)))
-    for i in tokens:
-        token = argv[i]
-        key, sep, value = token[2:].partition("=")
-        if not (token.startswith("--") and key.split(".")[0] in sections and "." in key):
-            out.append(token)
-            continue
-        if not sep:
-            following = argv[i + 1] if i + 1 < len(argv) else None
-            if following is None or (following.startswith("--") and not _is_number(following)):
-                value = "true"
-            else:
-                value = following
-                next(tokens)
-        out.append(f"{key}={value}")
-    return out
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -470,9 +470,35 @@ def check_env_name(name: str) -> None:
         )
 
 
-def section_names() -> frozenset[str]:
-    """The top-level keys of a config (``model``, ``env``, ..., ``openrlhf``)."""
-    return frozenset(Config.model_fields)
+def dotted_flags_as_overrides(argv: list[str]) -> list[str]:
+    """``--section.field value`` and ``--section.field=value`` as ``section.field=value``, as
+    OpenRLHF and SkyRL users type keys; a flag with no value after it is ``true``."""
+    sections = frozenset(Config.model_fields)
+    out: list[str] = []
+    tokens = iter(range(len(argv)))
+    for i in tokens:
+        token = argv[i]
+        key, sep, value = token[2:].partition("=")
+        if not (token.startswith("--") and key.split(".")[0] in sections and "." in key):
+            out.append(token)
+            continue
+        if not sep:
+            following = argv[i + 1] if i + 1 < len(argv) else None
+            if following is None or (following.startswith("--") and not _is_number(following)):
+                value = "true"
+            else:
+                value = following
+                next(tokens)
+        out.append(f"{key}={value}")
+    return out
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def parse_override(text: str) -> tuple[str, Any]:

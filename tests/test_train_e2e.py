@@ -221,7 +221,8 @@ def test_rooms_iteration_checkpoint_exact_resume_and_eval(tmp_path, capsys):
         "--output",
         str(out),
         "eval.tasks=[0, 1, 2]",
-        "eval.seeds=[0, 1]",
+        "--eval.seeds",  # as OpenRLHF users type keys: the same override
+        "[0, 1]",
     ]
     assert eval_main(argv) == 0
     results = json.loads(out.read_text())
