@@ -123,20 +123,21 @@ def comparison_table(results: Sequence[RunResult], baseline: str | None = None) 
 
 
 def markdown(table: dict[str, Any]) -> str:
-    """The table as Markdown: success and score per method, the paired difference, then per type."""
+    """The table as Markdown: success, pass@k and score per method, the paired difference, then per type."""
     baseline = table["baseline"]
+    names = {name for row in table["methods"].values() for name in row}
+    types = sorted(name for name in names if name.startswith("success_rate/"))
+    passes = sorted((name for name in names if name.startswith("pass@")), key=lambda n: int(n[5:]))
     lines = [
-        f"| method | runs | success | score | success − {baseline} (95 % CI) |",
-        "|---|---|---|---|---|",
+        f"| method | runs | success | {' | '.join(passes + [''])}score | success − {baseline} (95 % CI) |",
+        "|---|---|---|" + "---|" * len(passes) + "---|---|",
     ]
-    types = sorted(
-        {name for row in table["methods"].values() for name in row if name.startswith("success_rate/")}
-    )
     for method, row in table["methods"].items():
         paired = row.get("paired_difference")
         difference = f"{paired['mean']:+.3f} [{paired['low']:+.3f}, {paired['high']:+.3f}]" if paired else "–"
+        at_k = "".join(f"{_mean_sd(row, name)} | " for name in passes)
         lines.append(
-            f"| {method} | {row['runs']} | {_mean_sd(row, 'success_rate')} | {_mean_sd(row, 'score')} "
+            f"| {method} | {row['runs']} | {_mean_sd(row, 'success_rate')} | {at_k}{_mean_sd(row, 'score')} "
             f"| {difference} |"
         )
     if types:

@@ -17,6 +17,7 @@ def write(tmp_path, method, seed, success, panel="a" * 64, settings=SETTINGS, **
     metrics = {
         "success_rate": success,
         "score": success / 2,
+        "pass@2": min(1.0, 1.5 * success),
         **{f"success_rate/{t}": v for t, v in types.items()},
     }
     result = {"run": {"method": method, "train_seed": seed}, "metrics": metrics, "panel": {"sha256": panel}}
@@ -42,7 +43,8 @@ def test_the_table_is_mean_and_sd_over_runs_with_paired_differences(tmp_path, ca
     assert "paired_difference" not in table["methods"]["grpo"]
     assert main([*files, "--markdown"]) == 0
     text = capsys.readouterr().out
-    assert "| hgpo | 3 | 0.633 ± 0.076 |" in text and "| method | pick |" in text
+    assert "| method | runs | success | pass@2 | score |" in text and "| method | pick |" in text
+    assert "| hgpo | 3 | 0.633 ± 0.076 | 0.933 ± 0.095 | 0.317 ± 0.038 |" in text  # pass@2: 1, .975, .825
 
 
 def test_bootstrap_interval_of_a_constant_is_the_constant():
