@@ -449,3 +449,35 @@ def test_clients_that_never_read_their_replies_hold_bounded_memory_and_are_dropp
                 while sock.recv(2**20):
                     pass
             sock.close()
+
+
+def _children(pid: int) -> list[int]:
+    """The live processes whose parent is ``pid``."""
+    children = []
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat_file.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid and fields[0] != "Z":
+                children.append(int(stat_file.parent.name))
+    return children
+
+
+def test_a_killed_server_leaves_no_frame_checker_behind():
+    """A large frame starts the server's frame-check process; SIGKILL runs no shutdown, so the
+    checker must notice its parent is gone by itself (before, it lived on as an orphan)."""
+    with running_server("HGPO-Rooms-v0", token=TOKEN) as (url, process):
+        with connect(
+            ws_url(url), additional_headers={"Authorization": f"Bearer {TOKEN}"}, max_size=None
+        ) as ws:
+            ws.send(json.dumps({"type": "step", "data": {"response": "x" * 100_000, "x": [1] * 20_000}}))
+            assert json.loads(ws.recv(timeout=60))["type"] == "error"
+        checkers = _children(process.pid)
+        assert checkers, "a large frame starts a checker process"
+        process.kill()
+        process.wait(10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in checkers):
+            time.sleep(0.1)
+        for pid in checkers:  # gone, or at most a zombie of the reaped server's child
+            with contextlib.suppress(FileNotFoundError):
+                assert Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"

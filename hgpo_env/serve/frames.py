@@ -25,6 +25,8 @@ from typing import Any
 
 from openenv.core.env_server.types import WSErrorCode, WSErrorResponse
 
+from hgpo_env.vector.process import exit_with_parent
+
 MAX_VALUES = 10_000
 """JSON values (objects, arrays, strings, numbers, ...) one message may hold."""
 MAX_DEPTH = 32
@@ -97,8 +99,11 @@ def frame_problem(message: dict[str, Any]) -> tuple[str, str] | None:
 
 @functools.cache
 def _checker() -> ProcessPoolExecutor:
-    """The process that checks large frames (one per server, started at the first large frame)."""
-    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+    """The process that checks large frames (one per server, started at the first large frame);
+    it ends with the server however the server ends (a SIGKILL runs no shutdown)."""
+    return ProcessPoolExecutor(
+        max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=exit_with_parent
+    )
 
 
 def stop_checker() -> None:

@@ -35,8 +35,9 @@ ORPHAN_EXIT_CODE = 70
 """A worker's exit code when it ends itself because its parent died."""
 
 
-def _exit_with_parent() -> None:
-    """Watch the parent from a daemon thread and end this process the moment it is gone."""
+def exit_with_parent() -> None:
+    """Watch the parent from a daemon thread and end this process the moment it is gone (a
+    spawned child's first call: a killed parent leaves no orphan)."""
     parent = multiprocessing.parent_process()
     if parent is None:
         return
@@ -97,7 +98,7 @@ def _serve(
     by env (a few envs per message), until "close"."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     faulthandler.enable()  # a crash inside an env leaves its traceback on stderr
-    _exit_with_parent()
+    exit_with_parent()
     try:
         host = host_class(env, env_kwargs, env_indices)
     except Exception:  # noqa: BLE001  -- reported to the pool, which raises it
