@@ -30,9 +30,9 @@ try:
     from hgpo_train.tracking import read_metrics
 except ModuleNotFoundError as missing:  # a core-only install, or a Python without hgpo: name the fix
     print(
-        f"error: the trainer is not installed in this Python ({sys.executable}; no module {missing.name!r}): "
-        "pip install -e '.[train]'; for --backend openrlhf on CPU, bash scripts/setup_openrlhf_cpu.sh "
-        "makes .venv-openrlhf",
+        f"error: the trainer needs the train extra (no module {missing.name!r} in {sys.executable}): "
+        "pip install -e '.[train]' (--backend openrlhf on CPU: bash scripts/setup_openrlhf_cpu.sh "
+        "makes .venv-openrlhf)",
         file=sys.stderr,
     )
     sys.exit(2)
