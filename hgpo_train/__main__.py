@@ -22,7 +22,6 @@ try:
     from hgpo_train.config import (
         Config,
         ConfigError,
-        add_resume_flags,
         describe_options,
         dotted_flags_as_overrides,
         load_config,
@@ -73,7 +72,16 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="--backend openrlhf: resolve OpenRLHF's arguments with its own parser, print them, exit",
     )
-    add_resume_flags(parser)
+    parser.add_argument(
+        "--allow-config-change",
+        action="store_true",
+        help="resume a run folder whose saved config differs from this one (refused by default)",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start the run folder again: remove what the run wrote there (checkpoints, metrics, config) first",
+    )
     parser.add_argument(
         "overrides",
         nargs="*",

@@ -15,7 +15,6 @@ not read it, and a resumed run may change it.
 
 from __future__ import annotations
 
-import argparse
 import difflib
 from collections.abc import Mapping
 from pathlib import Path
@@ -371,63 +370,6 @@ class Config(Section):
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.to_dict(), sort_keys=False)
-
-
-RESUMABLE_CHANGES = frozenset(
-    {"train.iterations", "train.output_dir", "train.threads", "train.device", "logging.progress_bar"}
-)
-"""Keys a resumed run may change without asking: they do not change what the iterations compute."""
-
-
-def config_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """``key: old -> new`` for each key whose value differs between two config dicts, apart
-    from :data:`RESUMABLE_CHANGES` and the ``openrlhf:`` section."""
-    flat_old, flat_new = _flatten(old), _flatten(new)
-    return [
-        f"{key}: {flat_old.get(key, '(unset)')!r} -> {flat_new.get(key, '(unset)')!r}"
-        for key in sorted(flat_old.keys() | flat_new.keys())
-        if key not in RESUMABLE_CHANGES
-        and not key.startswith(BACKEND_SECTION + ".")  # where an OpenRLHF run goes, not what it computes
-        and flat_old.get(key) != flat_new.get(key)
-    ]
-
-
-def add_resume_flags(parser: argparse.ArgumentParser) -> None:
-    """The command line's answers to :func:`check_resumed_config` refusing a changed config."""
-    parser.add_argument(
-        "--allow-config-change",
-        action="store_true",
-        help="resume a run folder whose saved config differs from this one (refused by default)",
-    )
-    parser.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="start the run folder again: remove what the run wrote there (checkpoints, metrics, config) first",
-    )
-
-
-def check_resumed_config(saved: Path, config: Config, *, allow: bool) -> list[str]:
-    """The changes from the config a run folder was trained with (``saved``, its config.yaml) to
-    ``config``; raises :class:`ConfigError` listing them unless ``allow``."""
-    changes = config_changes(read_yaml(saved.read_text()), config.to_dict())
-    if changes and not allow:
-        raise ConfigError(
-            f"{config.train.output_dir} was trained with a different config; changed:\n  "
-            + "\n  ".join(changes)
-            + "\nre-run with the old settings, pass --allow-config-change to resume with these, "
-            "or --overwrite to start the run again"
-        )
-    return changes
-
-
-def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, Mapping) and prefix == "":  # sections only; dict-valued fields stay whole
-            flat.update(_flatten(value, f"{key}."))
-        else:
-            flat[prefix + key] = value
-    return flat
 
 
 ENV_PRESETS: dict[str, dict[str, Any]] = {

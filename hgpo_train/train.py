@@ -28,12 +28,13 @@ from hgpo_train.checkpoint import (
     save_checkpoint,
     tidy_checkpoints,
 )
-from hgpo_train.config import Config, ConfigError, check_resumed_config
+from hgpo_train.config import Config, ConfigError
 from hgpo_train.diagnostics import credit_metrics
 from hgpo_train.eval import Evaluator
 from hgpo_train.generation import end_token_id
 from hgpo_train.modeling import Reference, load_policy, resolve_device
 from hgpo_train.policy import build_generator, load_run_policy
+from hgpo_train.resume import check_resumed_config
 from hgpo_train.rollout import collect_rollouts, count_tasks, make_pool
 from hgpo_train.tracking import MetricsLogger
 from hgpo_train.update import PolicyUpdater
@@ -76,7 +77,7 @@ class Trainer:
     """Owns the model, optimizer, env pool, generator and logs of one run folder.
 
     A run folder with checkpoints is resumed. Its config must match ``config`` but for
-    :data:`~hgpo_train.config.RESUMABLE_CHANGES`, else :class:`ConfigError` lists the changes;
+    :data:`~hgpo_train.resume.RESUMABLE_CHANGES`, else :class:`ConfigError` lists the changes;
     ``allow_config_change=True`` resumes anyway, ``overwrite=True`` removes the old run first.
     """
 

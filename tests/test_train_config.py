@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from hgpo_train.__main__ import build_parser, main
-from hgpo_train.config import ConfigError, config_changes, describe_options, load_config
+from hgpo_train.config import ConfigError, describe_options, load_config
+from hgpo_train.resume import config_changes
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(

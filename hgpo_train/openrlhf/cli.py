@@ -30,10 +30,11 @@ import yaml
 
 from hgpo_env.registration import MissingExtraError
 from hgpo_train.config import BACKEND_SECTION as SECTION
-from hgpo_train.config import Config, ConfigError, OpenRLHFConfig, check_resumed_config
+from hgpo_train.config import Config, ConfigError, OpenRLHFConfig
 from hgpo_train.openrlhf.arguments import namespace_dict, openrlhf_argv
 from hgpo_train.openrlhf.placement import demands
 from hgpo_train.openrlhf.resume import latest_tag, resume_args
+from hgpo_train.resume import check_resumed_config
 
 RUN_FOLDER_ITEMS = (
     "checkpoints",
@@ -249,7 +250,7 @@ def train(
 
     ``trainer_class`` (default :class:`~hgpo_train.openrlhf.trainer.HGPOTrainer`) is the controller
     to run; the GPU check passes a subclass that records what it verifies. A run folder with
-    checkpoints is resumed if its config matches (see :func:`~hgpo_train.config.check_resumed_config`).
+    checkpoints is resumed if its config matches (see :func:`~hgpo_train.resume.check_resumed_config`).
     """
     run_dir = Path(config.train.output_dir)
     if overwrite:
