@@ -14,7 +14,8 @@ study). Env steps are not fixed (episodes end when won), so each method's mean i
 * ``rooms-hidden``: the same Rooms as it is, where what the agent carries is not shown (the
   study's hidden-state setting).
 * ``twx-coin``: TextWorld-Express's coin game (real game text, 5 locations with doors) from
-  configs/textworld_express_coin_demo.yaml.
+  configs/textworld_express_coin_demo.yaml, 4 groups x 8 rollouts per iteration (its prompts are
+  4-5 times Rooms', so half the groups keeps a run near a Rooms run's time).
 
 Every run is evaluated once, after its last update, on its env's panel (the first 64 tasks of the
 eval split, a manifest written to ``runs/budget/<env>.panel.json`` and checked by every
@@ -63,8 +64,11 @@ SETTINGS = [
     Setting(
         "twx-coin",
         "configs/textworld_express_coin_demo.yaml",
-        16,
-        ("env.kwargs={game_params: 'numLocations=5,includeDoors=1,numDistractorItems=0'}",),
+        12,
+        (
+            "env.kwargs={game_params: 'numLocations=5,includeDoors=1,numDistractorItems=0'}",
+            "env.num_groups=4",  # its prompts are 4-5x Rooms': half the groups keeps a run near Rooms' time
+        ),
     ),
 ]
 
