@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,8 +125,9 @@ def table(seeds: list[int]) -> dict:
             continue
         compared = comparison_table([load_result(f) for f in files], baseline="grpo")
         for method, row in compared["methods"].items():
-            steps = [_env_steps(results_file(setting, method, s).parents[1]) for s in row["seeds"]]
-            row["env_steps"] = sum(steps) / len(steps)
+            runs = [results_file(setting, method, seed) for seed in row["seeds"]]
+            row["env_steps"] = sum(_env_steps(f.parents[1]) for f in runs) / len(runs)
+            row["run_seconds"] = [round(_wall_seconds(f)) for f in runs]
         out[setting.name] = {"iterations": setting.iterations, **compared}
     return out
 
@@ -138,6 +138,11 @@ def _env_steps(folder: Path) -> int:
     return int(sum(row.get("rollout/step_samples", 0) for row in last.values()))
 
 
+def _wall_seconds(results: Path) -> float:
+    """A run's wall time: from its tiny model (built first) to its results file (written last)."""
+    return results.stat().st_mtime - (results.parents[1] / "tiny_model").stat().st_mtime
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -145,7 +150,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--summary-only", action="store_true", help="only tabulate the finished runs")
     args = parser.parse_args(argv)
-    started = time.monotonic()
     if not args.summary_only:
         panels = {setting.name: panel_file(setting) for setting in SETTINGS}
         for seed in args.seeds:  # seed by seed, so a table cut short is still balanced
@@ -153,14 +157,15 @@ def main(argv: list[str] | None = None) -> int:
                 for method in METHODS:
                     if not results_file(setting, method, seed).is_file():
                         run(setting, method, seed, panels[setting.name])
-    result = {"seconds": round(time.monotonic() - started), "settings": table(args.seeds)}
+    settings = table(args.seeds)
+    seconds = sum(sum(row["run_seconds"]) for done in settings.values() for row in done["methods"].values())
     out = ROOT / "docs" / "budget_table.json"
-    if args.summary_only and out.is_file():
-        result["seconds"] = json.loads(out.read_text())["seconds"]
-    out.write_text(json.dumps(result, indent=1))
-    for name, compared in result["settings"].items():
+    out.write_text(json.dumps({"run_seconds_total": seconds, "settings": settings}, indent=1))
+    for name, compared in settings.items():
         print(f"\n### {name} ({compared['iterations']} iterations)\n\n{markdown(compared)}")
-    print(f"\ntable: {out} ({result['seconds']} s of runs)")
+        steps = ", ".join(f"{m} {row['env_steps']:.0f}" for m, row in compared["methods"].items())
+        print(f"\nmean env steps per run: {steps}")
+    print(f"\ntable: {out} ({seconds / 60:.0f} min of runs, one after another)")
     return 0
 
 
