@@ -57,11 +57,11 @@ def parse_env_kwargs(pairs: list[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, text = pair.partition("=")
         if not sep or not key.isidentifier():
-            raise SystemExit(f"env arguments are key=value, got {pair!r}")
+            raise ValueError(f"env arguments are key=value, got {pair!r}")
         try:
             kwargs[key] = read_value(text)
         except ValueError as error:
-            raise SystemExit(f"env argument {key}: {error}") from None
+            raise ValueError(f"env argument {key}: {error}") from None
     return kwargs
 
 

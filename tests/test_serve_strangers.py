@@ -157,6 +157,8 @@ def test_an_empty_allowed_range_is_refused():
         (["HGPO-Rooms-v0", "--send-timeout", "0"], "--send-timeout 0.0: it must be a positive"),
         (["HGPO-Rooms-v0", "--allow", "max_steps=10..1"], "low bound is above the high one"),
         (["HGPO-Rooms-v0", "--ssl-certfile", "/no/cert.pem"], "--ssl-certfile /no/cert.pem: no such file"),
+        (["HGPO-Rooms-v0", "max_rooms"], "env arguments are key=value, got 'max_rooms'"),
+        (["HGPO-Rooms-v0", "max_rooms=[3"], "env argument max_rooms: cannot read '[3'"),
     ],
 )
 def test_bad_command_lines_are_one_line(argv, said, tmp_path, monkeypatch, capsys):
