@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 from serve_helpers import running_server, ws_request
 from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -453,17 +454,6 @@ def test_clients_that_never_read_their_replies_hold_bounded_memory_and_are_dropp
             sock.close()
 
 
-def _children(pid: int) -> list[int]:
-    """The live processes whose parent is ``pid``."""
-    children = []
-    for stat_file in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError):
-            fields = stat_file.read_text().rsplit(")", 1)[1].split()
-            if int(fields[1]) == pid and fields[0] != "Z":
-                children.append(int(stat_file.parent.name))
-    return children
-
-
 def test_a_killed_server_leaves_no_frame_checker_behind():
     """A large frame starts the server's frame-check process; SIGKILL runs no shutdown, so the
     checker must notice its parent is gone by itself (before, it lived on as an orphan)."""
@@ -473,13 +463,9 @@ def test_a_killed_server_leaves_no_frame_checker_behind():
         ) as ws:
             ws.send(json.dumps({"type": "step", "data": {"response": "x" * 100_000, "x": [1] * 20_000}}))
             assert json.loads(ws.recv(timeout=60))["type"] == "error"
-        checkers = _children(process.pid)
+        checkers = psutil.Process(process.pid).children()
         assert checkers, "a large frame starts a checker process"
         process.kill()
         process.wait(10)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() for pid in checkers):
-            time.sleep(0.1)
-        for pid in checkers:  # gone, or at most a zombie of the reaped server's child
-            with contextlib.suppress(FileNotFoundError):
-                assert Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        _, alive = psutil.wait_procs(checkers, timeout=10)
+        assert not alive, f"orphaned frame checkers: {alive}"
