@@ -52,17 +52,16 @@ SHIPPED = {
     for panel in (
         ShippedPanel("HGPO-Rooms-v0", "eval", 100),
         ShippedPanel("HGPO-ALFWorld-v0", "valid_seen", None, data="alfworld"),
-        ShippedPanel(
-            "HGPO-WebShop-v0", "test", None, data="webshop"
-        ),  # the same 500 goals under both protocols
+        ShippedPanel("HGPO-WebShop-v0", "test", None, data="webshop"),
         ShippedPanel("HGPO-TextWorldExpress-v0", "test", None),
         ShippedPanel("HGPO-ScienceWorld-v0", "test", None),
         ShippedPanel("HGPO-BabyAI-v0", "eval", 100),
         ShippedPanel("HGPO-TextArena-v0", "eval", 100),
     )
 }
-"""The manifests in ``hgpo_env/panels/``, by name (``<env id>.<split>``). ALFWorld's valid_unseen is not shipped (its games were not
-at hand when these were made: ``python -m hgpo_env panel HGPO-ALFWorld-v0 valid_unseen`` makes it);
+"""The manifests in ``hgpo_env/panels/``, by name (``<env id>.<split>``). WebShop's test goals are
+the same 500 under both protocols. ALFWorld's valid_unseen is not shipped (its games were not at
+hand when these were made: ``python -m hgpo_env panel HGPO-ALFWorld-v0 valid_unseen`` makes it);
 HGPO-TextWorld-v0 plays the user's own games, whose panel only the user can make."""
 
 

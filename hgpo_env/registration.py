@@ -130,7 +130,7 @@ def register_envs() -> None:
     for env_id, class_path in ENV_CLASSES.items():
         if env_id not in gym.registry:
             gym.register(id=env_id, entry_point=functools.partial(make_agent_env, class_path))
-        _BUILDERS[env_id] = functools.partial(lambda path: [load_class(path)], class_path)
+        _BUILDERS[env_id] = lambda path=class_path: [load_class(path)]
 
 
 def import_env_module(env_id: str) -> str:

@@ -578,13 +578,13 @@ def load_config(
 
 def describe_options() -> str:
     """Every config key with its type, default and help line (its docstring), for ``--help``."""
-    schema = Config.model_json_schema()
+    schema, defaults = Config.model_json_schema(), Config()
     lines = []
     for section, reference in schema["properties"].items():
         definition = schema["$defs"][reference["$ref"].rsplit("/", 1)[-1]]
         lines.append(f"{section}:  {definition.get('description', '').strip().splitlines()[0]}")
         for name, field in definition["properties"].items():
-            default = getattr(getattr(Config(), section), name)
+            default = getattr(getattr(defaults, section), name)
             doc = " ".join(field.get("description", "").split())
             lines.append(
                 f"  {section}.{name} ({_type_name(field)}, default {default!r})" + (f": {doc}" if doc else "")
