@@ -7,8 +7,8 @@ session and temp dir of its own, stopped by pid. On it:
 * a node without the shared storage (a third node in a mount namespace of its own, where the run
   folder's parent is an empty tmpfs) is named in one line before anything trains;
 * ``ray job submit -- python -m hgpo_train --backend openrlhf ...`` trains with 2 DeepSpeed ranks
-  and 2 vLLM engines spread over both nodes, until ``ray job stop`` (SIGTERM, as a preemption)
-  stops it with a checkpoint;
+  and 2 vLLM engines spread over both nodes, until a job stop (SIGTERM, as a preemption; Ray's
+  job SDK, as ``ray job stop``) stops it with a checkpoint;
 * the same command run as a driver with ``RAY_ADDRESS`` and 1 rank resumes that 2-rank checkpoint
   (converted to DeepSpeed's universal checkpoint) and finishes the run.
 
@@ -150,26 +150,18 @@ def test_a_run_no_node_has_room_for_is_refused_in_one_line(
     assert last.endswith("(waited 1 s)") and last.count(" CPU, ") == 2  # what each node has left
 
 
-ITERATIONS = 5
+ITERATIONS = 6  # the stop lands in iteration 3: margin for a fast machine
 JOB = "hgpo-two-nodes"
-
-
-def job_cli(cluster: Cluster, *args: str, check: bool = True) -> str:
-    """``ray job ARGS`` against the cluster's job server; its stdout."""
-    done = subprocess.run(
-        [*RAY_CLI, "job", args[0], f"--address={cluster.dashboard}", *args[1:]],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=check,
-    )
-    return done.stdout + done.stderr
 
 
 @pytest.fixture(scope="module")
 def job(cluster: Cluster, shared: Path, warm_model: str) -> tuple[Path, str]:
-    """``ray job submit`` of a run with 2 ranks and 2 engines, stopped by ``ray job stop`` (SIGTERM,
-    as a preempted job) once 2 iterations are logged; (run folder, job logs)."""
+    """``ray job submit`` of a run with 2 ranks and 2 engines, stopped by a job stop (SIGTERM, as a
+    preempted job) as soon as 2 iterations are logged; (run folder, job logs)."""
+    # Ray's job SDK for status, stop and logs: what ``ray job ...`` calls, without a CLI start
+    # (seconds on a busy 2-core machine) between seeing iteration 2 and stopping
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
     wait_for_nodes(cluster.dashboard, 2)  # the storage test's third node is gone
     run = shared / "run"
     entrypoint = command(
@@ -180,21 +172,26 @@ def job(cluster: Cluster, shared: Path, warm_model: str) -> tuple[Path, str]:
         "openrlhf.num_nodes=2",
         "openrlhf.vllm_num_engines=2",
     )
-    job_cli(cluster, "submit", f"--submission-id={JOB}", "--no-wait", "--", *entrypoint)
-    checked = time.monotonic()
-    deadline = checked + 480
+    subprocess.run(
+        [*RAY_CLI, "job", "submit", f"--address={cluster.dashboard}", f"--submission-id={JOB}", "--no-wait"]
+        + ["--", *entrypoint],
+        capture_output=True,
+        timeout=600,
+        check=True,
+    )
+    client = JobSubmissionClient(cluster.dashboard)
+    deadline = time.monotonic() + 480
     while len(read_metrics(run / "metrics.jsonl") if (run / "metrics.jsonl").is_file() else []) < 2:
-        if time.monotonic() - checked > 10:  # the CLI takes a second or two: not at every poll
-            status = job_cli(cluster, "status", JOB)
-            assert "RUNNING" in status or "PENDING" in status, job_cli(cluster, "logs", JOB, check=False)[
-                -4000:
-            ]
-            checked = time.monotonic()
+        status = client.get_job_status(JOB)
+        assert status in (JobStatus.PENDING, JobStatus.RUNNING), client.get_job_logs(JOB)[-4000:]
         assert time.monotonic() < deadline, "the job logged no 2 iterations in time"
         time.sleep(0.2)
-    job_cli(cluster, "stop", JOB)  # lands in iteration 3 or 4 of 5
-    assert "was stopped" in job_cli(cluster, "status", JOB)
-    return run, job_cli(cluster, "logs", JOB)
+    assert client.stop_job(JOB)  # lands in iteration 3 (of ITERATIONS, several seconds each)
+    while not (status := client.get_job_status(JOB)).is_terminal():
+        assert time.monotonic() < deadline + 120, "the stopped job did not end"
+        time.sleep(0.5)
+    assert status == JobStatus.STOPPED
+    return run, client.get_job_logs(JOB)
 
 
 def actor_nodes(cluster: Cluster, class_name: str) -> set[str]:
