@@ -16,6 +16,7 @@ not read it, and a resumed run may change it.
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -570,8 +571,11 @@ def load_config(
     short = {env_id: short for short, env_id in ENV_IDS.items()}.get(name, name)
     for key, value in ENV_PRESETS.get(short, {}).items():
         _set_dotted(preset, key, value)
+    # a config is data: validated as JSON in strict mode, so ``true`` is no 1, ``"3"`` no 3 and
+    # ``3.5`` no 3 (Python's lax mode takes all three); what YAML reads beyond JSON, a date, is text
+    resolved = json.dumps(_merge(_merge(preset, tree), cli), default=str)
     try:
-        return Config.model_validate(_merge(_merge(preset, tree), cli))
+        return Config.model_validate_json(resolved, strict=True)
     except ValidationError as error:
         raise _one_line(error) from None
 

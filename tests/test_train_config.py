@@ -68,6 +68,11 @@ def test_override_types_are_checked_and_coerced():
         ("update.lr=fast", "update.lr: input should be a valid number"),
         ("env.max_steps=2.5", "env.max_steps: input should be a valid integer"),
         ("generation.constrained=3", "generation.constrained: input should be a valid boolean"),
+        # no silent casts: a flag is no count, quoted digits are text, a number no flag
+        ("train.eval_every=true", "train.eval_every: input should be a valid integer (got True)"),
+        ("train.iterations='3'", "train.iterations: input should be a valid integer (got '3')"),
+        ("advantage.alpha=true", "advantage.alpha: input should be a valid number (got True)"),
+        ("advantage.base_group=1", "advantage.base_group: input should be a valid boolean (got 1)"),
         ("advantage.estimator=ppo", "advantage.estimator: input should be 'grpo', 'gigpo'"),
         ("env.max_steps=0", "env.max_steps: input should be greater than 0 (got 0)"),
         ("update", "must look like section.field=value"),
