@@ -572,7 +572,7 @@ def load_config(
     for key, value in ENV_PRESETS.get(short, {}).items():
         _set_dotted(preset, key, value)
     # a config is data: validated as JSON in strict mode, so ``true`` is no 1, ``"3"`` no 3 and
-    # ``3.5`` no 3 (Python's lax mode takes all three); what YAML reads beyond JSON, a date, is text
+    # ``3.0`` no 3 (Python's lax mode takes all three); what YAML reads beyond JSON, a date, is text
     resolved = json.dumps(_merge(_merge(preset, tree), cli), default=str)
     try:
         return Config.model_validate_json(resolved, strict=True)

@@ -172,13 +172,15 @@ def job(cluster: Cluster, shared: Path, warm_model: str) -> tuple[Path, str]:
         "openrlhf.num_nodes=2",
         "openrlhf.vllm_num_engines=2",
     )
-    subprocess.run(
+    submitted = subprocess.run(
         [*RAY_CLI, "job", "submit", f"--address={cluster.dashboard}", f"--submission-id={JOB}", "--no-wait"]
         + ["--", *entrypoint],
         capture_output=True,
+        text=True,
         timeout=600,
-        check=True,
+        check=False,
     )
+    assert submitted.returncode == 0, submitted.stderr[-3000:]
     client = JobSubmissionClient(cluster.dashboard)
     deadline = time.monotonic() + 480
     while len(read_metrics(run / "metrics.jsonl") if (run / "metrics.jsonl").is_file() else []) < 2:
