@@ -62,14 +62,27 @@ def cluster() -> Iterator[tuple[list[RayNode], str, Path]]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def pool_split_over(second: RayNode) -> tuple[GroupedEnvPool, set[int]]:
+    """4 workers over head (3 CPUs) and second (2 CPUs), 2 on each, env i on worker i % 4; and the
+    workers on ``second``. Ray's SPREAD is best effort (3 and 1 at times), so another placement is
+    made again."""
+    placed = []
+    for _ in range(5):
+        pool = GroupedEnvPool(PROBE, 4, 2, num_workers=4, backend="ray", step_timeout=30, reset_timeout=60)
+        pool.reset()
+        on_second = {w for w, pid in enumerate(pool.worker_pids()) if pid in second.pids()}
+        if len(on_second) == 2:
+            return pool, on_second
+        placed.append(sorted(on_second))
+        pool.close()
+    pytest.fail(f"SPREAD never placed 2 of 4 workers on the second node (it placed {placed} there)")
+
+
 def test_lost_node_ends_only_its_episodes(cluster: tuple[list[RayNode], str, Path]) -> None:
     nodes, address, tmp = cluster
     second = nodes[1]
-    # 4 workers spread over head (3 CPUs) and second (2 CPUs): 2 each, env i on worker i % 4.
-    with GroupedEnvPool(PROBE, 4, 2, num_workers=4, backend="ray", step_timeout=30, reset_timeout=60) as pool:
-        pool.reset()
-        on_second = {w for w, pid in enumerate(pool.worker_pids()) if pid in second.pids()}
-        assert len(on_second) == 2, f"SPREAD placed workers {on_second} on the second node"
+    pool, on_second = pool_split_over(second)
+    with pool:
         pool.step({i: "tick" for i in range(8)})
         second_pids = second.pids()
 
