@@ -2,8 +2,9 @@
 
 Trains a policy with GRPO, GiGPO, HGPO, GraphGPO or G2PO (``advantage.estimator``) on an HGPO-*
 env, writing the resolved config, metrics (JSONL, TensorBoard), checkpoints and evaluations to
-``train.output_dir``. Re-running the same command resumes from the latest checkpoint; Ctrl-C or
-SIGTERM stops and says where the run can go on from. Both backends read this one command line
+``train.output_dir``. Re-running the same command resumes from the latest checkpoint; SIGTERM
+stops at the next safe point with a checkpoint, Ctrl-C at once, and either says where the run
+can go on from. Both backends read this one command line
 and the same config; ``--backend openrlhf`` runs OpenRLHF's launcher on a Ray cluster instead of
 this machine's loop (``hgpo_train.openrlhf.cli``).
 """
@@ -26,6 +27,7 @@ try:
         dotted_flags_as_overrides,
         load_config,
     )
+    from hgpo_train.stopping import STOPPED_EXIT, StopRequested, request_stop, running, stopped_line
     from hgpo_train.tracking import read_metrics
 except ModuleNotFoundError as missing:  # a core-only install, or a Python without hgpo: name the fix
     print(
@@ -78,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="resume a run folder whose saved config differs from this one (refused by default)",
     )
     parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="--backend openrlhf: show Ray's, vLLM's, DeepSpeed's and OpenRLHF's output on the console "
+        "too (always in the run folder's driver.log)",
+    )
+    parser.add_argument(
         "--overwrite",
         action="store_true",
         help="start the run folder again: remove what the run wrote there (checkpoints, metrics, config) first",
@@ -95,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(dotted_flags_as_overrides(sys.argv[1:] if argv is None else argv))
     openrlhf = args.backend == "openrlhf"
-    if not openrlhf and (args.ray_address or args.dry_run):
-        parser.error("--ray-address and --dry-run are options of --backend openrlhf")
+    if not openrlhf and (args.ray_address or args.dry_run or args.verbose):
+        parser.error("--ray-address, --dry-run and --verbose are options of --backend openrlhf")
     # RAY_ADDRESS is Ray's own convention (ray job submit sets it): it joins that cluster as the flag does
     ray_address = args.ray_address or (os.environ.get("RAY_ADDRESS") if openrlhf else None)
     try:
@@ -113,14 +121,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.print_config:
         print(config.to_yaml(), end="")
         return 0
+    signal.signal(signal.SIGTERM, _interrupt)  # until the run can stop at a safe point
     if openrlhf:
         return _openrlhf(config, args)
-    signal.signal(signal.SIGTERM, _interrupt)  # a scheduler's stop ends the run like Ctrl-C
     try:
         return _train(config, args)
     except KeyboardInterrupt:
         print("stopped before training started", file=sys.stderr)
-        return 130
+        return STOPPED_EXIT
 
 
 def _openrlhf(config: Config, args: argparse.Namespace) -> int:
@@ -135,7 +143,11 @@ def _openrlhf(config: Config, args: argparse.Namespace) -> int:
         )
         return 2
     return run(
-        config, dry_run=args.dry_run, allow_config_change=args.allow_config_change, overwrite=args.overwrite
+        config,
+        dry_run=args.dry_run,
+        allow_config_change=args.allow_config_change,
+        overwrite=args.overwrite,
+        verbose=args.verbose,
     )
 
 
@@ -154,8 +166,14 @@ def _train(config: Config, args: argparse.Namespace) -> int:
         return 2
     if trainer.resumed_from is not None:
         print(f"resuming from {trainer.resumed_from} (iteration {trainer.start_iteration})", file=sys.stderr)
+    signal.signal(signal.SIGTERM, lambda *_: request_stop(trainer.run_dir, "SIGTERM"))
     try:
-        metrics = trainer.fit()
+        with running(trainer.run_dir):
+            metrics = trainer.fit()
+    except StopRequested as stopped:
+        last = trainer.last_checkpoint()
+        print(stopped_line(stopped.iteration, last.name if last else None), file=sys.stderr)
+        return STOPPED_EXIT
     except PanelError as error:  # eval.panel names other tasks than the env plays
         print(f"panel error: {error}", file=sys.stderr)
         return 2
@@ -166,7 +184,7 @@ def _train(config: Config, args: argparse.Namespace) -> int:
             "re-run the same command to resume",
             file=sys.stderr,
         )
-        return 130
+        return STOPPED_EXIT
     except OSError as error:
         if error.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise

@@ -4,7 +4,9 @@ A checkpoint folder ``checkpoints/iter_000010`` holds the model (full weights, o
 adapters), the optimizer state, the RNG states, the iteration count and the resolved config.
 Only complete checkpoints ever carry the ``iter_`` name, so the latest one is always loadable;
 what a kill leaves behind (a ``.tmp-*`` folder, one checkpoint over ``keep``) is swept away by
-:func:`tidy_checkpoints` when the run starts again.
+:func:`tidy_checkpoints` when the run starts again. Every iteration is checkpointed (so a kill
+loses at most the iteration in progress), on a thread while the next rollout runs
+(:class:`BackgroundSave`); :func:`kept_iterations` says which of them stay.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import json
 import random
 import shutil
 import tempfile
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +38,24 @@ def checkpoint_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / "checkpoints"
 
 
+def kept_iterations(saved: Iterable[int], keep: int, save_every: int) -> set[int]:
+    """The checkpoints to keep of those ``saved``: the newest ``keep`` at multiples of
+    ``save_every`` (``train.save_every``/``keep_checkpoints``), and the newest of all."""
+    ordered = sorted(saved)
+    milestones = [i for i in ordered if save_every and i % save_every == 0]
+    return set(milestones[-keep:]) | set(ordered[-1:])
+
+
+def rng_states() -> dict[str, Any]:
+    """Every generator's state, as a checkpoint restores it."""
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+    }
+
+
 def save_checkpoint(
     run_dir: str | Path,
     iteration: int,
@@ -41,8 +63,11 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer,
     config_yaml: str,
     keep: int,
+    save_every: int,
+    rng: dict[str, Any] | None = None,
 ) -> Path:
-    """Save after ``iteration`` completed iterations; keep the ``keep`` newest checkpoints."""
+    """Save after ``iteration`` completed iterations (``rng``: the generators' states then, default
+    now); keep what :func:`kept_iterations` says."""
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"{PREFIX}{iteration:06d}"
@@ -50,15 +75,7 @@ def save_checkpoint(
     try:
         model.save_pretrained(tmp / "model")
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-        torch.save(
-            {
-                "python": random.getstate(),
-                "numpy": np.random.get_state(),
-                "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-            },
-            tmp / "rng.pt",
-        )
+        torch.save(rng if rng is not None else rng_states(), tmp / "rng.pt")
         (tmp / "config.yaml").write_text(config_yaml)
         (tmp / "state.json").write_text(json.dumps({"iteration": iteration}))
         if final.exists():  # a re-run of the same iteration after a resume replaces it
@@ -77,8 +94,34 @@ def save_checkpoint(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    tidy_checkpoints(run_dir, keep)
+    tidy_checkpoints(run_dir, keep, save_every)
     return final
+
+
+class BackgroundSave:
+    """One checkpoint at a time written on a thread, while the caller goes on with work that leaves
+    the weights and optimizer state alone (sampling the next rollout, evaluating);
+    :meth:`wait` before changing them. A failed save raises in :meth:`wait`."""
+
+    def __init__(self) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
+        self._pending: Future[Path] | None = None
+
+    def start(self, save: Callable[[], Path]) -> None:
+        self.wait()
+        self._pending = self._executor.submit(save)
+
+    def wait(self) -> Path | None:
+        """The path of the save in progress once it is written, None when there was none."""
+        pending, self._pending = self._pending, None
+        return pending.result() if pending is not None else None
+
+    def close(self) -> None:
+        """Finish the save in progress (a stopped run keeps it), then end the thread."""
+        try:
+            self.wait()
+        finally:
+            self._executor.shutdown()
 
 
 def _disk_full(error: BaseException, folder: Path) -> bool:
@@ -97,14 +140,16 @@ def clear_run_folder(run_dir: str | Path, items: tuple[str, ...]) -> None:
         shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
 
 
-def tidy_checkpoints(run_dir: str | Path, keep: int) -> list[Path]:
-    """Remove what a killed save left behind (temporary folders, checkpoints over ``keep``);
-    returns what was removed."""
+def tidy_checkpoints(run_dir: str | Path, keep: int, save_every: int) -> list[Path]:
+    """Remove what a killed save left behind (temporary folders) and the checkpoints
+    :func:`kept_iterations` does not keep; returns what was removed."""
     root = checkpoint_dir(run_dir)
     if not root.is_dir():
         return []
     removed = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(TMP_PREFIX)]
-    removed += list_checkpoints(run_dir)[:-keep]
+    saved = {checkpoint_number(p): p for p in list_checkpoints(run_dir)}
+    kept = kept_iterations(saved, keep, save_every)
+    removed += [p for i, p in saved.items() if i not in kept]
     for path in removed:
         shutil.rmtree(path, ignore_errors=True)
     return removed
@@ -121,6 +166,11 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
     found = list_checkpoints(run_dir)
     return found[-1] if found else None
+
+
+def checkpoint_number(path: Path) -> int:
+    """The iteration in a checkpoint folder's name (``iter_000010`` -> 10)."""
+    return int(path.name.removeprefix(PREFIX))
 
 
 def checkpoint_iteration(path: Path) -> int:

@@ -212,9 +212,10 @@ class TrainConfig(Section):
     output_dir: str = "runs/default"
     """Run folder: config.yaml, metrics.jsonl, tensorboard/, checkpoints/."""
     save_every: NonNegativeInt = 10
-    """Checkpoint every this many iterations (and at the end); 0: only at the end."""
+    """Keep a checkpoint every this many iterations (0: none). Every iteration is checkpointed too,
+    so a preemption loses at most the iteration in progress; of those only the newest is kept."""
     keep_checkpoints: PositiveInt = 2
-    """How many of the newest checkpoints to keep."""
+    """How many of the newest ``save_every`` checkpoints to keep (besides the newest of all)."""
     resume: bool = True
     """Continue from the latest checkpoint in ``output_dir`` when there is one."""
     eval_every: NonNegativeInt = 0

@@ -22,9 +22,11 @@ import torch
 from hgpo_env.vector import GroupedEnvPool, GroupMismatchError, PoolError
 from hgpo_train.batch import StepBatch
 from hgpo_train.checkpoint import (
+    BackgroundSave,
     clear_run_folder,
     latest_checkpoint,
     load_training_state,
+    rng_states,
     save_checkpoint,
     tidy_checkpoints,
 )
@@ -36,6 +38,7 @@ from hgpo_train.modeling import Reference, load_policy, resolve_device
 from hgpo_train.policy import build_generator, load_run_policy
 from hgpo_train.resume import check_resumed_config
 from hgpo_train.rollout import collect_rollouts, count_tasks, make_pool
+from hgpo_train.stopping import RolloutStopped, StopRequested, clear_stop, stop_requested
 from hgpo_train.tracking import MetricsLogger
 from hgpo_train.update import PolicyUpdater
 
@@ -91,6 +94,7 @@ class Trainer:
         self.pool: GroupedEnvPool | None = None
         self.evaluator: Evaluator | None = None
         self.logger: MetricsLogger | None = None
+        self.checkpoints = BackgroundSave()
         self.status: Callable[[str], None] = _quiet
         """Shows what the current iteration is doing (the progress bar's description while training)."""
         self.resumed_from: Path | None = None
@@ -114,7 +118,8 @@ class Trainer:
         except (TypeError, ValueError, gym.error.Error) as error:
             raise ConfigError(f"env {config.env.env_id} (env.kwargs {config.env.kwargs}): {error}") from error
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        tidy_checkpoints(self.run_dir, cfg.keep_checkpoints)  # what a kill during a save left
+        clear_stop(self.run_dir)  # a request to an earlier run
+        tidy_checkpoints(self.run_dir, cfg.keep_checkpoints, cfg.save_every)  # what a kill during a save left
         checkpoint = latest_checkpoint(self.run_dir)
         if checkpoint is not None and not cfg.resume:
             raise ConfigError(
@@ -184,6 +189,7 @@ class Trainer:
         advantage_s = time.perf_counter() - start
 
         start = time.perf_counter()
+        self.checkpoints.wait()  # the last iteration's checkpoint, written while this rollout ran
         self.status(f"update on {len(batch)} steps")
         update_metrics = self.updater.update(batch, advantages, rng)
         update_s = time.perf_counter() - start
@@ -210,7 +216,16 @@ class Trainer:
 
     def _collect(self, iteration: int, seed: int, seeds: list[int], task_ids: list[int] | None) -> StepBatch:
         """The iteration's rollouts; a pool that raises is given the rollout again from the same
-        seed (its reset comes first, so nothing was sampled yet), so resume stays exact."""
+        seed (its reset comes first, so nothing was sampled yet), so resume stays exact. A stop
+        request abandons it (:class:`RolloutStopped`)."""
+
+        def on_turn(turn: int, running: int, steps: int) -> None:
+            if stop_requested(self.run_dir):
+                raise RolloutStopped
+            self.status(
+                f"rollout turn {turn}: {running}/{self.pool.num_envs} episodes running, {steps} steps"
+            )
+
         attempt = 1
         while True:
             torch.manual_seed(seed)
@@ -221,9 +236,7 @@ class Trainer:
                     seeds=seeds,
                     task_ids=task_ids,
                     constrained=self.config.generation.constrained,
-                    on_turn=lambda turn, running, steps: self.status(
-                        f"rollout turn {turn}: {running}/{self.pool.num_envs} episodes running, {steps} steps"
-                    ),
+                    on_turn=on_turn,
                 )
             except GroupMismatchError:  # the env is not deterministic: a retry would not help
                 raise
@@ -244,7 +257,10 @@ class Trainer:
         """Run the remaining iterations; returns the last iteration's metrics.
 
         With ``train.eval_every``, the untrained policy is evaluated first (logged as iteration 0),
-        then every ``eval_every`` iterations and after the last one.
+        then every ``eval_every`` iterations and after the last one. Every iteration is
+        checkpointed while the next one samples. A stop request (:mod:`hgpo_train.stopping`)
+        abandons a rollout in progress, lets an update finish, skips the evaluation and raises
+        :class:`StopRequested` once the last completed iteration is checkpointed.
         """
         cfg = self.config.train
         metrics: dict[str, float] = {}
@@ -255,16 +271,24 @@ class Trainer:
         try:
             for iteration in range(self.start_iteration, cfg.iterations):
                 start = time.perf_counter()
-                metrics = self.run_iteration(iteration).metrics
+                try:
+                    metrics = self.run_iteration(iteration).metrics
+                except RolloutStopped:
+                    self.checkpoints.wait()
+                    raise StopRequested(iteration) from None
                 done = iteration + 1
-                if cfg.eval_every and (done % cfg.eval_every == 0 or done == cfg.iterations):
+                self.save_in_background(done)
+                stop = stop_requested(self.run_dir)
+                if cfg.eval_every and not stop and (done % cfg.eval_every == 0 or done == cfg.iterations):
                     self.status("evaluation")
                     metrics.update(self.evaluate(done))
                 metrics["time/iteration_s"] = time.perf_counter() - start
                 self.logger.log(done, metrics)
-                if done == cfg.iterations or (cfg.save_every and done % cfg.save_every == 0):
-                    self.save(done)
                 self.completed = done
+                if stop or done == cfg.iterations:
+                    self.checkpoints.wait()
+                if stop and done < cfg.iterations:
+                    raise StopRequested(done)
                 progress.set_postfix(
                     {
                         "success": f"{metrics.get('rollout/success_rate', 0.0):.2f}",
@@ -284,21 +308,31 @@ class Trainer:
         file in the run folder (:meth:`Evaluator.record`)."""
         return self.evaluator.record(iteration, self.run_dir).metrics("eval/")
 
-    def save(self, iteration: int) -> Path:
+    def save(self, iteration: int, rng: dict[str, Any] | None = None) -> Path:
+        cfg = self.config.train
         return save_checkpoint(
             self.run_dir,
             iteration,
             self.model,
             self.optimizer,
             self.config.to_yaml(),
-            self.config.train.keep_checkpoints,
+            cfg.keep_checkpoints,
+            cfg.save_every,
+            rng,
         )
+
+    def save_in_background(self, iteration: int) -> None:
+        """:meth:`save` on a thread, with the generators' states as they are now."""
+        rng = rng_states()
+        self.checkpoints.start(lambda: self.save(iteration, rng))
 
     def last_checkpoint(self) -> Path | None:
         """The newest complete checkpoint in the run folder."""
         return latest_checkpoint(self.run_dir)
 
     def close(self) -> None:
+        self.checkpoints.close()
+        clear_stop(self.run_dir)
         for part in (self.pool, self.evaluator, self.logger):
             if part is not None:
                 part.close()

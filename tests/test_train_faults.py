@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -21,8 +21,15 @@ import pytest
 
 from hgpo_env.vector import PoolError
 from hgpo_train.__main__ import main
-from hgpo_train.checkpoint import CheckpointError, list_checkpoints, load_training_state, save_checkpoint
+from hgpo_train.checkpoint import (
+    CheckpointError,
+    kept_iterations,
+    list_checkpoints,
+    load_training_state,
+    save_checkpoint,
+)
 from hgpo_train.config import ConfigError, load_config
+from hgpo_train.stopping import StopRequested, request_stop
 from hgpo_train.tracking import read_metrics
 from hgpo_train.train import Trainer
 
@@ -144,10 +151,12 @@ def test_stop_prints_one_line_and_a_rerun_resumes_exactly(straight, tmp_path, st
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr
     [line] = [line for line in stderr.splitlines() if line.startswith("stopped")]
-    match = re.fullmatch(
-        r"stopped at iteration (\d); last checkpoint iter_00000(\d); re-run the same command to resume", line
-    )
-    assert match and 1 <= int(match[1]) <= int(match[2]) + 1, line
+    if stop == signal.SIGINT:  # at once; every completed iteration is checkpointed
+        said = r"stopped at iteration (\d); last checkpoint iter_00000(\d); re-run the same command to resume"
+    else:  # at the next safe point, checkpointed there
+        said = r"stopped on request after iteration (\d), checkpointed \(iter_00000(\d)\); re-run the same command to resume"
+    match = re.fullmatch(said, line)
+    assert match and int(match[1]) == int(match[2]) >= 1, line
     deadline = time.monotonic() + 10
     while any(psutil.pid_exists(pid) for pid in children) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -159,6 +168,102 @@ def test_stop_prints_one_line_and_a_rerun_resumes_exactly(straight, tmp_path, st
     assert rerun.returncode == 0, rerun.stderr
     assert re.search(r"resuming from \S+iter_00000\d \(iteration \d\)", rerun.stderr)
     assert comparable(tmp_path) == comparable(run_dir)
+
+
+def interrupted_in_update(
+    run: Path,
+    overrides: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+    interrupt: Callable[[Trainer], None],
+    on_disk: list[str],
+) -> None:
+    """Run with checkpoints kept only every 10 iterations, calling ``interrupt`` inside iteration
+    2's update; ``on_disk`` gets the checkpoints there at that moment."""
+    trainer = trainer_for(run, [*overrides, "train.save_every=10"])
+    update, calls = trainer.updater.update, []
+
+    def update_then_interrupt(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            on_disk.extend(p.name for p in list_checkpoints(run))
+            interrupt(trainer)
+        return update(*args, **kwargs)
+
+    monkeypatch.setattr(trainer.updater, "update", update_then_interrupt)
+    try:
+        trainer.fit()
+    finally:
+        trainer.close()
+
+
+def resume_to_the_end(run: Path, overrides: list[str], start: int) -> None:
+    resumed = trainer_for(run, [*overrides, "train.save_every=10"])
+    try:
+        assert resumed.start_iteration == start
+        resumed.fit()
+    finally:
+        resumed.close()
+
+
+class Killed(BaseException):
+    """Stands in for SIGKILL: nothing of the trainer runs after it but the interpreter's exit."""
+
+
+def test_a_kill_during_an_update_loses_only_that_iteration(straight, tmp_path, monkeypatch):
+    """Every completed iteration is on disk before the next update starts, whatever save_every says."""
+    run_dir, overrides = straight
+
+    def kill(trainer: Trainer) -> None:
+        raise Killed
+
+    on_disk: list[str] = []
+    with pytest.raises(Killed):
+        interrupted_in_update(tmp_path, overrides, monkeypatch, kill, on_disk)
+    assert on_disk == ["iter_000001"]
+    resume_to_the_end(tmp_path, overrides, start=1)
+    assert comparable(tmp_path) == comparable(run_dir)
+
+
+def test_sigterm_during_an_update_finishes_and_checkpoints_it(straight, tmp_path, monkeypatch):
+    """A stop request (what SIGTERM makes) during iteration 2's update: the update finishes, is
+    checkpointed, and the run stops there; re-running goes on as if nothing happened."""
+    run_dir, overrides = straight
+
+    def sigterm(trainer: Trainer) -> None:
+        request_stop(trainer.run_dir, "SIGTERM")
+
+    on_disk: list[str] = []
+    with pytest.raises(StopRequested) as stopped:
+        interrupted_in_update(tmp_path, overrides, monkeypatch, sigterm, on_disk)
+    assert stopped.value.iteration == 2 and on_disk == ["iter_000001"]
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["iter_000002"]  # save_every=10 keeps no other
+    assert [r["iteration"] for r in comparable(tmp_path)] == [1, 2]
+    resume_to_the_end(tmp_path, overrides, start=2)
+    assert comparable(tmp_path) == comparable(run_dir)
+
+
+def test_the_stop_command_returns_once_the_run_has_stopped(straight, tmp_path):
+    """``python -m hgpo_train.stopping RUN_DIR --wait S``, the KubeRay manifest's preStop hook."""
+    _, overrides = straight
+    train = [sys.executable, "-m", "hgpo_train", "--env", "rooms", *overrides, f"train.output_dir={tmp_path}"]
+    stop = [sys.executable, "-m", "hgpo_train.stopping", str(tmp_path), "--wait", "120"]
+    process = subprocess.Popen(train, cwd=REPO_DIR, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not (tmp_path / "checkpoints" / "iter_000001").is_dir():
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the first iteration did not finish"
+            time.sleep(0.1)
+        stopped = subprocess.run(stop, capture_output=True, text=True, timeout=180, check=False)
+        assert process.wait(timeout=30) == 130  # the run had stopped: its process is only exiting
+        _, said = process.communicate(timeout=10)
+    finally:
+        process.kill()
+    assert stopped.returncode == 0 and stopped.stderr.strip().endswith(f"the run in {tmp_path} stopped")
+    match = re.search(r"stopped on request after iteration (\d), checkpointed \(iter_00000(\d)\)", said)
+    assert match and match[1] == match[2], said
+    again = subprocess.run(stop, capture_output=True, text=True, timeout=60, check=False)
+    assert again.returncode == 0 and again.stderr.strip() == f"no run is training in {tmp_path}"
 
 
 def test_a_changed_config_is_refused_unless_asked(straight, tmp_path, capsys):
@@ -195,6 +300,14 @@ def test_a_changed_config_is_refused_unless_asked(straight, tmp_path, capsys):
         assert list_checkpoints(run) == [] and not (run / "metrics.jsonl").read_text()
     finally:
         fresh.close()
+
+
+def test_the_newest_checkpoint_and_the_newest_save_every_ones_are_kept():
+    assert kept_iterations(range(1, 24), keep=2, save_every=10) == {10, 20, 23}
+    assert kept_iterations([10, 20, 30], keep=2, save_every=10) == {20, 30}
+    assert kept_iterations([1, 2, 3], keep=2, save_every=0) == {3}
+    assert kept_iterations([1, 2, 3], keep=5, save_every=1) == {1, 2, 3}
+    assert kept_iterations([], keep=2, save_every=10) == set()
 
 
 def test_a_restart_sweeps_what_a_killed_save_left(straight, tmp_path):
@@ -236,13 +349,13 @@ def test_a_full_disk_says_so_and_keeps_the_last_checkpoint(straight, small_disk)
     trainer = trainer_for(run_dir, [*ROOMS, f"train.iterations={ITERATIONS}"])  # a model and an optimizer
     try:
         config = trainer.config.to_yaml()
-        first = save_checkpoint(small_disk, 1, trainer.model, trainer.optimizer, config, keep=2)
+        first = save_checkpoint(small_disk, 1, trainer.model, trainer.optimizer, config, keep=2, save_every=1)
         size = sum(f.stat().st_size for f in first.rglob("*") if f.is_file())
         free = shutil.disk_usage(small_disk).free
         assert size < free, "the 1 MiB disk must hold one checkpoint for this test"
         (small_disk / "filler").write_bytes(b"\0" * (free - size // 2))  # room for half a checkpoint
         with pytest.raises(CheckpointError) as full:
-            save_checkpoint(small_disk, 2, trainer.model, trainer.optimizer, config, keep=2)
+            save_checkpoint(small_disk, 2, trainer.model, trainer.optimizer, config, keep=2, save_every=1)
         assert full.value.errno == errno.ENOSPC
         assert str(full.value.strerror) == (
             f"no space left on device writing checkpoint iter_000002 in {small_disk / 'checkpoints'}; "

@@ -27,6 +27,9 @@ ADAM_BETAS = (0.9, 0.999)
 REWARD_SOURCE = "hgpo-env"
 """A ``--reward.remote_url`` that no request ever goes to: without one, OpenRLHF's launcher places a
 reward-model actor group on GPUs. Rewards come from the envs, already set on every sample."""
+UNLIMITED_CHECKPOINTS = 1_000_000
+"""OpenRLHF's --ckpt.max_num: its rotation removes the oldest by count, which would remove the
+``train.save_every`` checkpoints the trainer keeps (it prunes with ``kept_iterations`` instead)."""
 
 
 def openrlhf_argv(
@@ -111,8 +114,8 @@ def openrlhf_argv(
         checkpoint_dir,
         "--ckpt.output_dir",
         final_dir,
-        "--ckpt.max_num",
-        str(config.train.keep_checkpoints),
+        "--ckpt.max_num",  # the trainer removes what kept_iterations does not keep; no rotation here
+        str(UNLIMITED_CHECKPOINTS),
         "--eval.steps",
         "-1",
         "--ckpt.save_steps",

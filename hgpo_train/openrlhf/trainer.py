@@ -19,6 +19,7 @@ advantages. Metrics go to the same ``metrics.jsonl``/TensorBoard as the single-m
 from __future__ import annotations
 
 import math
+import shutil
 import sys
 import time
 from collections.abc import Iterator
@@ -34,6 +35,7 @@ from openrlhf.utils.utils import get_tokenizer
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from hgpo_train.batch import StepBatch
+from hgpo_train.checkpoint import kept_iterations
 from hgpo_train.config import Config, OpenRLHFConfig
 from hgpo_train.diagnostics import credit_metrics
 from hgpo_train.eval import Evaluator
@@ -42,8 +44,10 @@ from hgpo_train.openrlhf.engines import EngineGenerator
 from hgpo_train.openrlhf.experience_maker import StepAdvantageMaker
 from hgpo_train.openrlhf.gap import gap_metrics, policy_logprobs, probe_rows, score_on_engines
 from hgpo_train.openrlhf.padding import pad_multiple
+from hgpo_train.openrlhf.resume import tag_iteration
 from hgpo_train.openrlhf.samples import step_experiences
 from hgpo_train.rollout import collect_rollouts, count_tasks, make_pool, progress_lines
+from hgpo_train.stopping import RolloutStopped, StopRequested, stop_requested
 from hgpo_train.tracking import MetricsLogger
 from hgpo_train.train import draw_group_tasks, iteration_seed
 
@@ -65,23 +69,6 @@ def status_metrics(status: dict[str, Any]) -> dict[str, float]:
     if "policy_loss" in status:
         out["update/loss"] = float(status["policy_loss"])
     return out
-
-
-STOP_FILE = "stop_requested"
-"""Written into the run folder when the driver gets SIGTERM: the trainer stops at the next safe
-point with a checkpoint (the trainer actor runs on the driver's node)."""
-
-
-class RolloutStopped(Exception):
-    """A stop was requested during a rollout: the iteration is abandoned, the policy is unchanged."""
-
-
-class StopRequested(Exception):
-    """The run stopped on request after checkpointing ``iteration``; re-running resumes from there."""
-
-    def __init__(self, iteration: int) -> None:
-        super().__init__(f"stopped after iteration {iteration}")
-        self.iteration = iteration
 
 
 def summary_line(done: int, iterations: int, metrics: dict[str, float]) -> str:
@@ -171,6 +158,9 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
             probe=False,
         )
         self.evaluator = Evaluator(config, self.generator, tokenizer)
+        self.saving: list[Any] = []
+        """The Ray refs of the checkpoint being written (the policy actors write it while the
+        engines sample the next rollout; Ray runs an actor's calls in order)."""
         self.constraints = start_store() if config.generation.constrained else None
         self.measure_gap = config.generation.temperature == 1.0
         if not self.measure_gap:
@@ -271,6 +261,7 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         self.publish_constraints(batch)
         samples, table = step_experiences(batch, self.multiple, self.generator.encoder.end_ids)
         self.experience_maker.table = table
+        self.wait_for_save()  # the update changes what it writes
         print(f"iteration {iteration + 1}: update on {len(batch)} steps", file=sys.stderr, flush=True)
         status, _ = self.train_step(samples, iteration)
         timing = batch.extras["timing"]
@@ -290,32 +281,48 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         }
 
     def save(self, iteration: int) -> None:
-        """DeepSpeed checkpoint of the policy on every rank; ``global_step`` is what a resume starts from."""
+        """Start the DeepSpeed checkpoint of the policy on every rank (``global_step`` is what a
+        resume starts from); :meth:`wait_for_save` finishes it."""
+        self.wait_for_save()
         states = {
             "global_step": iteration,
             "episode": 0,
             "total_consumed_prompts": 0,
             "data_loader_state_dict": {},
         }
-        ray.get(
-            self.actor_model_group.async_run_method(
-                method_name="save_checkpoint", tag=f"global_step{iteration}", client_states=states
-            )
+        self.saving = self.actor_model_group.async_run_method(
+            method_name="save_checkpoint", tag=f"global_step{iteration}", client_states=states
         )
+
+    def wait_for_save(self) -> None:
+        """Wait for the checkpoint being written, then remove those :func:`kept_iterations` does not keep."""
+        if not self.saving:
+            return
+        ray.get(self.saving)
+        self.saving = []
+        actor_dir = Path(self.args.ckpt.path) / "_actor"
+        tags = {p: tag_iteration(p.name) for p in actor_dir.glob("global_step*") if p.is_dir()}
+        kept = kept_iterations(
+            set(tags.values()), self.config.train.keep_checkpoints, self.config.train.save_every
+        )
+        for folder, iteration in tags.items():
+            if iteration not in kept:
+                shutil.rmtree(folder, ignore_errors=True)
 
     # ----------------------------------------------------------------- the loop
     def stop_requested(self) -> bool:
-        return (self.run_dir / STOP_FILE).exists()
+        return stop_requested(self.run_dir)
 
     def fit(self, global_step: int = 0) -> None:
         """Run the remaining iterations, resuming from the actors' loaded checkpoint if there is one.
 
-        On a stop request (SIGTERM to the driver) the run stops at the next safe point: a rollout
-        in progress is abandoned (the policy has not changed since the last iteration), an update
-        in progress finishes first; either way the last completed iteration is checkpointed.
+        Every iteration is checkpointed while the next one samples, so a kill loses at most the
+        iteration in progress. On a stop request (SIGTERM to the driver) the run stops at the next
+        safe point: a rollout in progress is abandoned (the policy has not changed since the last
+        checkpoint), an update in progress finishes and is checkpointed.
         """
         cfg = self.config.train
-        start = saved = int(self.init_checkpoint_states().get("global_step", 0))
+        start = int(self.init_checkpoint_states().get("global_step", 0))
         if start:
             self.broadcast_to_vllm()  # the engines still hold the base weights
         logger = MetricsLogger(  # a fresh start logs iteration 0's evaluation again
@@ -335,29 +342,24 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
                         file=sys.stderr,
                         flush=True,
                     )
-                    self.stop(iteration, saved)
+                    self.wait_for_save()
+                    raise StopRequested(iteration) from None
                 done = iteration + 1
+                self.save(done)
                 stop = self.stop_requested()
                 if cfg.eval_every and not stop and (done % cfg.eval_every == 0 or done == cfg.iterations):
                     metrics.update(self.evaluate(done))
                 metrics["time/iteration_s"] = time.perf_counter() - began
                 logger.log(done, metrics)
                 print(summary_line(done, cfg.iterations, metrics), file=sys.stderr, flush=True)
-                if stop or done == cfg.iterations or (cfg.save_every and done % cfg.save_every == 0):
-                    self.save(done)
-                    saved = done
+                if stop or done == cfg.iterations:
+                    self.wait_for_save()
                 if stop and done < cfg.iterations:
                     raise StopRequested(done)
         finally:
             logger.close()
             self.pool.close()
             self.evaluator.close()
-
-    def stop(self, done: int, saved: int) -> None:
-        """Stop after ``done`` iterations, checkpointing them unless that checkpoint exists."""
-        if done > saved:
-            self.save(done)
-        raise StopRequested(done)
 
 
 def trainer_actor(config: Config, cluster: OpenRLHFConfig, base: type[HGPOTrainer] = HGPOTrainer) -> Any:
