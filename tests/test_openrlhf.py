@@ -366,6 +366,72 @@ def test_placement_waits_a_bounded_time_then_names_what_is_missing() -> None:
     assert "node 10.0.0.1:1: 0.5 CPU, 1 GPU" in message and "waited 0 s" in message
 
 
+def test_a_run_bigger_than_the_idle_cluster_is_refused_at_once() -> None:
+    """Waiting cannot help once every node the run expects has joined: one line with the totals."""
+    from hgpo_train.openrlhf.placement import check_capacity, demands
+
+    config, cluster = load_run(
+        "configs/openrlhf_rooms_cpu.yaml", ["openrlhf.gpus_per_node=4", "openrlhf.vllm_num_engines=4"]
+    )
+    wanted = demands(config, cluster, driver_node="a")
+    check_capacity(wanted, {"a": {"CPU": 8.0, "GPU": 4.0}}, {})
+    with pytest.raises(ConfigError) as error:
+        check_capacity(wanted, {"a": {"CPU": 8.0, "GPU": 2.0}}, {"a": "node 10.0.0.1:1"})
+    message = str(error.value)
+    assert "\n" not in message
+    assert message.startswith(
+        f"the run needs {sum(d.cpus for d in wanted):g} CPU and 4 GPU, and policy/reference rank 2 fits "
+        "no node of the Ray cluster even when it is idle: its 1 nodes have 8 CPU and 2 GPU in all "
+        "(node 10.0.0.1:1: 8 CPU, 2 GPU)"
+    ), message
+
+
+def test_a_relative_run_folder_under_ray_job_submit_is_refused(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Ray job's driver runs in a temporary folder on the head: ``runs/x`` would land there."""
+    monkeypatch.setenv("RAY_JOB_CONFIG_JSON_ENV_VAR", "{}")  # what Ray's job supervisor sets
+    argv = ["--backend", "openrlhf", "--config", "configs/openrlhf_rooms_cpu.yaml", "train.output_dir=runs/x"]
+    assert main(argv) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: train.output_dir=runs/x is relative, and this driver runs as a Ray job")
+    assert line.endswith("give an absolute path on storage every node mounts")
+
+
+def test_the_quiet_console_shows_the_trainer_and_logs_the_rest(tmp_path: Path) -> None:
+    """What Ray relays from the trainer actor reaches the terminal without Ray's prefix; other
+    actors' and the libraries' output only the run folder's log."""
+    import io
+    import sys
+
+    from hgpo_train.openrlhf.console import LOG_FILE, quiet_console, say
+
+    for verbose in (False, True):
+        terminal, saved = io.StringIO(), sys.stderr
+        sys.stderr = terminal
+        try:
+            with quiet_console(tmp_path, verbose=verbose):
+                print("\x1b[36m(BoundHGPOTrainer pid=12)\x1b[0m iteration 1/4, success 0.50", file=sys.stderr)
+                print("\x1b[36m(PolicyModelActor pid=13, ip=10.0.0.2)\x1b[0m Actor(", file=sys.stderr)
+                sys.stderr.write("namespace(ref=namespace(num_nodes=1")  # a line in two writes
+                sys.stderr.write("))\n(BoundVerifyingTrainer pid=14) iteration 2: update on 80 steps\n")
+                say("stopped on request after iteration 2, checkpointed (global_step2)")
+        finally:
+            sys.stderr = saved
+        shown = terminal.getvalue().splitlines()
+        if verbose:
+            assert len(shown) == 5 and "namespace(ref=namespace(num_nodes=1))" in shown
+        else:
+            assert shown == [
+                "iteration 1/4, success 0.50",
+                "iteration 2: update on 80 steps",
+                "stopped on request after iteration 2, checkpointed (global_step2)",
+            ]
+    log = (tmp_path / LOG_FILE).read_text()
+    assert log.count("Actor(") == 2 and log.count("namespace(ref=namespace(num_nodes=1))") == 2
+    assert log.count("stopped on request after iteration 2") == 2
+
+
 def test_help_lists_the_cluster_keys(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["--backend", "openrlhf", "--help"])
@@ -557,10 +623,9 @@ def test_sigterm_without_a_safe_point_in_the_grace_period_exits_naming_the_check
     actor_dir = tmp_path / "checkpoints" / "openrlhf" / "_actor"
     actor_dir.mkdir(parents=True)
     (actor_dir / "latest").write_text("global_step3")
-    stop_file = tmp_path / "stop_requested"
-    cli.request_stop(stop_file, 0.05, actor_dir)
-    cli.request_stop(stop_file, 0.05, actor_dir)  # a second SIGTERM keeps the first deadline
-    assert stop_file.is_file() and exited.wait(5)
+    cli.request_stop(tmp_path, 0.05, actor_dir)
+    cli.request_stop(tmp_path, 0.05, actor_dir)  # a second SIGTERM keeps the first deadline
+    assert (tmp_path / "stop_requested").is_file() and exited.wait(5)
     time.sleep(0.2)
     assert codes == [143]
     said = capsys.readouterr().err

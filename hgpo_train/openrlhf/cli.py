@@ -29,9 +29,11 @@ from typing import Any
 import yaml
 
 from hgpo_env.registration import MissingExtraError
+from hgpo_train import stopping
 from hgpo_train.config import BACKEND_SECTION as SECTION
 from hgpo_train.config import Config, ConfigError, OpenRLHFConfig
 from hgpo_train.openrlhf.arguments import namespace_dict, openrlhf_argv
+from hgpo_train.openrlhf.console import quiet_console, say
 from hgpo_train.openrlhf.placement import demands
 from hgpo_train.openrlhf.resume import latest_tag, resume_args
 from hgpo_train.resume import check_resumed_config
@@ -40,6 +42,7 @@ RUN_FOLDER_ITEMS = (
     "checkpoints",
     "final_model",
     "config.yaml",
+    "driver.log",
     "evals",
     "openrlhf.yaml",
     "run_info.jsonl",
@@ -52,6 +55,8 @@ RAY_ENV_VARS = {
     "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1",
 }
 """What OpenRLHF's own ``ray.init`` sets (train_ppo_ray.py line 24); the caller's environment wins."""
+JOB_ENV_VAR = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+"""Set by Ray's job supervisor in the environment of a ``ray job submit`` entrypoint."""
 
 
 def required_gpus(config: Config, cluster: OpenRLHFConfig) -> int:
@@ -175,17 +180,19 @@ def ray_init_kwargs(config: Config, cluster: OpenRLHFConfig) -> dict[str, Any]:
     return {"runtime_env": runtime_env, **kwargs}
 
 
-def start_cpu_mode(config: Config) -> None:
-    """Refuse a head size vLLM's CPU build has no kernel for, before the run folder exists; then
-    apply the CPU stand-ins in this process, before anything imports openrlhf."""
+def cpu_head_problem(config: Config) -> str | None:
+    """One line when vLLM's CPU build has no attention kernel for the model's head size."""
     from hgpo_train.generation import head_size, vllm_cpu_head_size_problem
-    from hgpo_train.openrlhf import cpu
 
     tiny = config.model.name_or_path == "tiny"
     head = config.tiny.hidden_size // config.tiny.num_heads if tiny else head_size(config.model.name_or_path)
-    problem = vllm_cpu_head_size_problem(head)
-    if problem:
-        raise ConfigError(problem)
+    return vllm_cpu_head_size_problem(head)
+
+
+def start_cpu_mode() -> None:
+    """Apply the CPU stand-ins in this process, before anything imports openrlhf."""
+    from hgpo_train.openrlhf import cpu
+
     os.environ.update({k: os.environ.get(k, v) for k, v in cpu.ENV_VARS.items()})
     cpu.install_driver()
 
@@ -200,19 +207,47 @@ def run_paths(config: Config) -> dict[str, str]:
 
 
 def run(
-    config: Config, *, dry_run: bool = False, allow_config_change: bool = False, overwrite: bool = False
+    config: Config,
+    *,
+    dry_run: bool = False,
+    allow_config_change: bool = False,
+    overwrite: bool = False,
+    verbose: bool = False,
 ) -> int:
     """Train (or with ``dry_run`` print OpenRLHF's arguments); errors found before start are one line."""
     paths = run_paths(config)
     if dry_run:
         return print_dry_run(config, config.openrlhf, openrlhf_argv(config, config.openrlhf, **paths))
     try:
+        check_job_paths(config)
         return train(
-            config, config.openrlhf, paths, allow_config_change=allow_config_change, overwrite=overwrite
+            config,
+            config.openrlhf,
+            paths,
+            allow_config_change=allow_config_change,
+            overwrite=overwrite,
+            verbose=verbose,
         )
     except (ConfigError, MissingExtraError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM before the run could stop at a safe point
+        tag = latest_tag(Path(paths["checkpoint_dir"]) / "_actor")
+        print(
+            f"stopped; re-run the same command to {f'resume from {tag}' if tag else 'start'}", file=sys.stderr
+        )
+        return stopping.STOPPED_EXIT
+
+
+def check_job_paths(config: Config) -> None:
+    """Under ``ray job submit`` the driver runs on the head, in the job's own temporary folder (or
+    the uploaded ``working_dir``): a relative run folder would land there, not where it was meant."""
+    if JOB_ENV_VAR in os.environ and not Path(config.train.output_dir).is_absolute():
+        raise ConfigError(
+            f"train.output_dir={config.train.output_dir} is relative, and this driver runs as a Ray job "
+            f"on the head node in {Path.cwd()}, not where it was submitted: give an absolute path on "
+            "storage every node mounts"
+        )
 
 
 def print_dry_run(config: Config, cluster: OpenRLHFConfig, argv: list[str]) -> int:
@@ -245,6 +280,7 @@ def train(
     *,
     allow_config_change: bool = False,
     overwrite: bool = False,
+    verbose: bool = False,
 ) -> int:
     """Start or join Ray, check the GPUs are there, write the run folder's config, run OpenRLHF.
 
@@ -266,11 +302,40 @@ def train(
     if resuming and (run_dir / "config.yaml").is_file():
         check_resumed_config(run_dir / "config.yaml", config, allow=allow_config_change)
     problem = stack_problem(cluster.device) or model_problem(config.model.name_or_path)
+    if not problem and cluster.device == "cpu":
+        problem = cpu_head_problem(config)
     if problem:
         raise ConfigError(problem)
     resume = resume_args(Path(paths["checkpoint_dir"]) / "_actor", cluster.dp_size) if resuming else []
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(config.to_yaml())  # as given: a re-run compares with it
+    with quiet_console(run_dir, verbose) as log:
+        say(run_summary(config, cluster, log))
+        return launch_run(config, cluster, paths, resume, trainer_class)
+
+
+def run_summary(config: Config, cluster: OpenRLHFConfig, log: Path) -> str:
+    """The run in a few lines, before the libraries start (their output is in ``log``)."""
+    env, engines = config.env, cluster.vllm_num_engines
+    what = (
+        f"run: {env.env_id} (K={env.history_length}), {config.advantage.estimator}, model "
+        f"{config.model.name_or_path}, {config.train.iterations} iterations of {env.num_groups} groups "
+        f"x {env.group_size} episodes"
+    )
+    where = (
+        f"on: {cluster.ray_address or 'a local Ray cluster'}, {cluster.num_nodes} node(s) x "
+        f"{cluster.gpus_per_node} GPU ({cluster.device}), {engines} vLLM engine(s)"
+        + (", colocated" if cluster.colocate_all else "")
+    )
+    return f"{what}\n{where}\nlog: {log} (Ray, vLLM, DeepSpeed and OpenRLHF; --verbose shows them here)"
+
+
+def launch_run(
+    config: Config, cluster: OpenRLHFConfig, paths: dict[str, str], resume: list[str], trainer_class: Any
+) -> int:
+    """Connect to Ray, check the cluster, record the start and run OpenRLHF's launcher."""
     if cluster.device == "cpu":
-        start_cpu_mode(config)
+        start_cpu_mode()
     import ray
 
     from hgpo_train.openrlhf import watchdog
@@ -278,13 +343,13 @@ def train(
     from hgpo_train.openrlhf.engines import install_engine_actor
     from hgpo_train.openrlhf.placement import check_cluster, node_name
     from hgpo_train.openrlhf.storage import check_nodes
-    from hgpo_train.openrlhf.trainer import STOP_FILE, HGPOTrainer, StopRequested, trainer_actor
+    from hgpo_train.openrlhf.trainer import HGPOTrainer, trainer_actor
     from hgpo_train.policy import base_model_path
     from hgpo_train.provenance import record_start
+    from hgpo_train.stopping import STOPPED_EXIT, StopRequested, stopped_line
 
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(config.to_yaml())  # as given: a re-run compares with it
-    run_dir = run_dir.resolve()  # every path the actors get is absolute: they start in other folders
+    # every path the actors get is absolute: they start in other folders
+    run_dir = Path(config.train.output_dir).resolve()
     config.train.output_dir = str(run_dir)
     model = base_model_path(config, run_dir)  # builds the tiny model for 'tiny'
     config.model.name_or_path = str(Path(model).resolve()) if Path(model).is_dir() else model
@@ -309,54 +374,39 @@ def train(
     (run_dir / "openrlhf.yaml").write_text(
         yaml.safe_dump({SECTION: cluster.model_dump(), "openrlhf_argv": argv}, sort_keys=False)
     )
-    stop_file = run_dir / STOP_FILE
-    stop_file.unlink(missing_ok=True)
     actor_dir = Path(paths["checkpoint_dir"]) / "_actor"
     previous = signal.signal(
-        signal.SIGTERM, lambda *_: request_stop(stop_file, cluster.stop_grace_s, actor_dir)
+        signal.SIGTERM, lambda *_: request_stop(run_dir, cluster.stop_grace_s, actor_dir)
     )
     try:
-        launch(argv, trainer_actor(config, cluster, trainer_class or HGPOTrainer))
+        with stopping.running(run_dir):
+            launch(argv, trainer_actor(config, cluster, trainer_class or HGPOTrainer))
     except StopRequested as stopped:  # Ray raises the trainer's exception as one of this type
-        done = stopped.iteration
-        print(
-            f"stopped on SIGTERM after iteration {done}, checkpointed (global_step{done}); "
-            "re-run the same command to resume"
-            if done
-            else "stopped on SIGTERM before the first iteration finished; re-run the same command to start",
-            file=sys.stderr,
-        )
-        return 130
+        say(stopped_line(stopped.iteration, latest_tag(actor_dir)))
+        return STOPPED_EXIT
     finally:
         signal.signal(signal.SIGTERM, previous)
-        stop_file.unlink(missing_ok=True)
-    print(f"run folder: {run_dir}")
+        ray.shutdown()  # while the console is quiet: what the actors print as they stop goes to the log
+    say(f"run folder: {run_dir}")
     return 0
 
 
-def request_stop(stop_file: Path, grace_s: float, actor_dir: Path) -> None:
+def request_stop(run_dir: Path, grace_s: float, actor_dir: Path) -> None:
     """SIGTERM (a scheduler's preemption): stop at the trainer's next safe point with a checkpoint;
-    if none comes within ``grace_s`` (an update longer than the grace period), stop at once."""
-    if stop_file.exists():  # a second SIGTERM: the first one's deadline stands
-        return
-    stop_file.touch()
-    print(
-        f"SIGTERM: stopping at the next safe point with a checkpoint (within {grace_s:g} s)",
-        file=sys.stderr,
-        flush=True,
-    )
-    deadline = threading.Timer(grace_s, stop_now, (grace_s, actor_dir))
+    if none comes within ``grace_s`` (an update longer than the grace period), stop at once: the
+    previous iteration's checkpoint is there."""
+    if not stopping.request_stop(run_dir, f"SIGTERM (within {SECTION}.stop_grace_s={grace_s:g} s)", say):
+        return  # a second SIGTERM: the first one's deadline stands
+    deadline = threading.Timer(grace_s, stop_now, (run_dir, grace_s, actor_dir))
     deadline.daemon = True
     deadline.start()
 
 
-def stop_now(grace_s: float, actor_dir: Path) -> None:
+def stop_now(run_dir: Path, grace_s: float, actor_dir: Path) -> None:
     """The grace period is over: exit (the watchdog, or Ray for a joined cluster, stops the actors)."""
+    (run_dir / stopping.RUNNING_FILE).unlink(missing_ok=True)
+    stopping.clear_stop(run_dir)
     tag = latest_tag(actor_dir)
     then = f"re-running the same command resumes from {tag}" if tag else "re-running starts again"
-    print(
-        f"no safe point within {SECTION}.stop_grace_s={grace_s:g} s: stopping now; {then}",
-        file=sys.stderr,
-        flush=True,
-    )
+    say(f"no safe point within {SECTION}.stop_grace_s={grace_s:g} s: stopping now; {then}")
     os._exit(143)

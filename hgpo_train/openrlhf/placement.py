@@ -5,8 +5,9 @@ launcher waits on them with no timeout, so a run that cannot be placed hangs sil
 the cluster's CPUs and GPUs is not enough: a bundle needs its CPU and GPU on one node, and the
 controller must run on the driver's node (it writes the run folder). :func:`demands` lists what
 OpenRLHF 0.11.2's launcher and this backend reserve, :func:`unplaced` packs them onto the nodes'
-free resources the way Ray's PACK strategy may, and :func:`wait_until_placeable` gives up after a
-bounded wait with one line naming what does not fit and where there is room.
+free resources the way Ray's PACK strategy may, :func:`check_capacity` refuses at once a run that
+would not fit even an idle cluster, and :func:`wait_until_placeable` gives up after a bounded
+wait with one line naming what does not fit and where there is room.
 """
 
 from __future__ import annotations
@@ -67,15 +68,38 @@ def unplaced(wanted: list[Demand], free: dict[str, Resources]) -> tuple[Demand |
     return None, left
 
 
+FIX = (
+    f"Check {SECTION}.num_nodes/gpus_per_node/vllm_num_engines/colocate_all/env_actor_cpus and "
+    "env.num_workers, or start nodes with more --num-cpus/--num-gpus"
+)
+
+
+def per_node(resources: dict[str, Resources], names: dict[str, str]) -> str:
+    return "; ".join(f"{names.get(n, n)}: {r['CPU']:g} CPU, {r['GPU']:g} GPU" for n, r in resources.items())
+
+
 def describe(demand: Demand, left: dict[str, Resources], names: dict[str, str]) -> str:
     """One line: what does not fit, how much it needs, and what each node still has."""
     need = f"{demand.cpus:g} CPU" + (f" + {demand.gpus:g} GPU" if demand.gpus else "")
     where = f" on the driver's node {names.get(demand.node, demand.node)}" if demand.node else " on one node"
-    room = "; ".join(f"{names.get(n, n)}: {r['CPU']:g} CPU, {r['GPU']:g} GPU" for n, r in left.items())
     return (
         f"the Ray cluster cannot place {demand.what} ({need}{where}); free after the rest of the run: "
-        f"{room or 'no live nodes'}. Check {SECTION}.num_nodes/gpus_per_node/vllm_num_engines/"
-        f"colocate_all/env_actor_cpus and env.num_workers, or start nodes with more --num-cpus/--num-gpus"
+        f"{per_node(left, names) or 'no live nodes'}. {FIX}"
+    )
+
+
+def check_capacity(wanted: list[Demand], capacity: dict[str, Resources], names: dict[str, str]) -> None:
+    """Raise ConfigError at once when the run does not fit the nodes even with nothing else running
+    (``capacity``: each node's total resources): no wait can help once every node has joined."""
+    missing, _ = unplaced(wanted, capacity)
+    if missing is None:
+        return
+    cpus, gpus = sum(d.cpus for d in wanted), sum(d.gpus for d in wanted)
+    total = {k: sum(r.get(k, 0.0) for r in capacity.values()) for k in ("CPU", "GPU")}
+    raise ConfigError(
+        f"the run needs {cpus:g} CPU and {gpus:g} GPU, and {missing.what} fits no node of the Ray "
+        f"cluster even when it is idle: its {len(capacity)} nodes have {total['CPU']:g} CPU and "
+        f"{total['GPU']:g} GPU in all ({per_node(capacity, names)}). {FIX}"
     )
 
 
@@ -108,13 +132,13 @@ def check_cluster(config: Config, cluster: OpenRLHFConfig) -> None:
     import ray
     from ray._private.state import available_resources_per_node  # as verl's resource pools read it
 
-    names = {
-        n["NodeID"]: f"node {n['NodeManagerAddress']}:{n['NodeManagerPort']}"
-        for n in ray.nodes()
-        if n["Alive"]
-    }
+    alive = [n for n in ray.nodes() if n["Alive"]]
+    names = {n["NodeID"]: node_name(n) for n in alive}
     driver = ray.get_runtime_context().get_node_id()
     wanted = demands(config, cluster, driver)
+    if len(alive) >= cluster.num_nodes:  # every node the run expects has joined
+        capacity = {n["NodeID"]: {k: n["Resources"].get(k, 0.0) for k in ("CPU", "GPU")} for n in alive}
+        check_capacity(wanted, capacity, names)
 
     def free_on_live_nodes() -> dict[str, Resources]:
         return {node: free for node, free in available_resources_per_node().items() if node in names}

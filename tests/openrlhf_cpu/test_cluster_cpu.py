@@ -97,26 +97,30 @@ def command(warm_model: str, run: Path, *overrides: str) -> list[str]:
     ]
 
 
+def refused(cluster: Cluster, driver: list[str]) -> tuple[str, float]:
+    """Run a driver on the cluster that must stop with exit 2: its last line, and how long it took."""
+    started = time.monotonic()
+    done = subprocess.run(
+        driver,
+        env={**os.environ, "RAY_ADDRESS": cluster.address},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr[-3000:]
+    return done.stderr.strip().splitlines()[-1], time.monotonic() - started
+
+
 def test_a_node_without_the_shared_storage_is_named_before_training(
     cluster: Cluster, shared: Path, warm_model: str
 ) -> None:
     hidden = RayNode(cluster.tmp, "no-storage", 1, join=cluster.address, hide=shared)
     try:
         wait_for_nodes(cluster.dashboard, 3)
-        started = time.monotonic()
-        done = subprocess.run(
-            command(warm_model, shared / "unseen"),
-            env={**os.environ, "RAY_ADDRESS": cluster.address},
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        took = time.monotonic() - started
+        last, took = refused(cluster, command(warm_model, shared / "unseen"))
     finally:
         hidden.kill()
-    assert done.returncode == 2, done.stderr[-3000:]
-    last = done.stderr.strip().splitlines()[-1]
     named = re.findall(r"node [\d.]+:\d+ ", last)
     assert last.startswith(f"error: {named[0]}cannot see the driver's run folder {shared / 'unseen'} "), last
     assert len(named) == 1, "only the node without the storage is named"
@@ -130,7 +134,8 @@ def test_a_run_no_node_has_room_for_is_refused_in_one_line(
     """The cluster's 5 CPUs hold the run's 4.5 in sum, but no node has 2.5 left for the env worker
     once the controller and the policy bundle are placed: Ray would wait for ever."""
     wait_for_nodes(cluster.dashboard, 2)  # the storage test's third node is gone
-    done = subprocess.run(
+    last, _ = refused(
+        cluster,
         command(
             warm_model,
             shared / "unplaceable",
@@ -138,16 +143,30 @@ def test_a_run_no_node_has_room_for_is_refused_in_one_line(
             "openrlhf.env_actor_cpus=2.5",
             "openrlhf.placement_timeout_s=1",
         ),
-        env={**os.environ, "RAY_ADDRESS": cluster.address},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
     )
-    assert done.returncode == 2, done.stderr[-3000:]
-    last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("error: the Ray cluster cannot place env worker 0 (2.5 CPU on one node)"), last
     assert last.endswith("(waited 1 s)") and last.count(" CPU, ") == 2  # what each node has left
+
+
+def test_a_run_bigger_than_the_cluster_is_refused_in_seconds(
+    cluster: Cluster, shared: Path, warm_model: str
+) -> None:
+    """4 ranks on 2 nodes of 1 logical GPU each: no wait can place it, so there is none (the
+    placement timeout, 120 s by default, is not waited for)."""
+    wait_for_nodes(cluster.dashboard, 2)
+    last, took = refused(
+        cluster,
+        command(
+            warm_model,
+            shared / "too-big",
+            "openrlhf.num_nodes=2",
+            "openrlhf.gpus_per_node=2",
+            "openrlhf.vllm_num_engines=4",
+        ),
+    )
+    assert last.startswith("error: the run needs ") and "4 GPU" in last, last
+    assert "its 2 nodes have 5 CPU and 2 GPU in all" in last, last
+    assert took < 100, f"{took:.0f} s: it waited for the placement timeout"
 
 
 ITERATIONS = 6  # the stop lands in iteration 3: margin for a fast machine
@@ -230,7 +249,7 @@ def test_ray_job_submit_trains_with_two_ranks_and_two_engines_on_two_nodes(
 def test_ray_job_stop_checkpoints_and_stops_the_job(job: tuple[Path, str]) -> None:
     """``ray job stop`` sends SIGTERM (then SIGKILL after the head's RAY_JOB_STOP_WAIT_TIME_S)."""
     run, logs = job
-    found = re.search(r"stopped on SIGTERM after iteration (\d+),", logs)
+    found = re.search(r"stopped on request after iteration (\d+),", logs)
     assert found, logs[-4000:]
     stopped = int(found.group(1))
     assert 2 <= stopped < ITERATIONS and "re-run the same command to resume" in logs
