@@ -1,10 +1,11 @@
 """The cluster launchers in scripts/launch stay true to the configs they launch.
 
-What can be checked without Slurm or Kubernetes: each launcher's driver command resolves, with
-OpenRLHF's own parser (``--dry-run``, GPU packages stubbed), and the GPUs the launcher requests
-are the GPUs the config places. The launch sequence itself (nodes joining, the driver on the
-head, ``ray job submit``, SIGTERM) runs on a real 2-node CPU cluster in
-tests/openrlhf_cpu/test_cluster_cpu.py.
+What can be checked without a GPU or Kubernetes: each launcher's driver command resolves, with
+OpenRLHF's own parser (``--dry-run``, GPU packages stubbed), the GPUs the launcher requests are
+the GPUs the config places, and the KubeRay manifest routes a pod's stop to the driver with its
+grace periods in order. The Slurm template runs under a real Slurm in
+tests/openrlhf_cpu/test_slurm_cpu.py; nodes joining, the driver on the head, ``ray job submit``
+and SIGTERM on a real 2-node CPU cluster in tests/openrlhf_cpu/test_cluster_cpu.py.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ from hgpo_train.__main__ import main
 from hgpo_train.openrlhf.cli import required_gpus
 from hgpo_train.openrlhf.settings import load_run
 
-LAUNCH = Path(__file__).resolve().parents[1] / "scripts" / "launch"
+REPO = Path(__file__).resolve().parents[1]
+LAUNCH = REPO / "scripts" / "launch"
+IMAGE_CHECKOUT = "/workspace/hgpo"
+"""Where the manifest's image has the project."""
 SBATCH = LAUNCH / "slurm_openrlhf.sbatch"
 RAYJOB = LAUNCH / "kuberay_rayjob.yaml"
 
@@ -51,12 +55,18 @@ def test_the_slurm_script_parses_and_requests_the_configs_gpus(capsys: pytest.Ca
         dry_run(["--config", config], capsys)
 
 
-def test_the_rayjob_manifest_requests_the_configs_gpus(capsys: pytest.CaptureFixture[str]) -> None:
+def rayjob() -> tuple[dict, list[str]]:
+    """The manifest, and its entrypoint's arguments after ``--backend openrlhf``, with the config
+    path as the image has it (/workspace/hgpo) read from this checkout."""
     job = yaml.safe_load(RAYJOB.read_text())
-    assert (job["apiVersion"], job["kind"]) == ("ray.io/v1", "RayJob")
     words = shlex.split(job["spec"]["entrypoint"])
-    assert words[:4] == ["python", "-m", "hgpo_train", "--backend"]
-    argv = words[5:]  # after "--backend openrlhf"
+    assert words[:5] == ["python", "-m", "hgpo_train", "--backend", "openrlhf"]
+    return job, [w.replace(IMAGE_CHECKOUT, str(REPO)) for w in words[5:]]
+
+
+def test_the_rayjob_manifest_requests_the_configs_gpus(capsys: pytest.CaptureFixture[str]) -> None:
+    job, argv = rayjob()
+    assert (job["apiVersion"], job["kind"]) == ("ray.io/v1", "RayJob")
     config, cluster = load_run(argv[argv.index("--config") + 1], [w for w in argv if "=" in w])
     spec = job["spec"]["rayClusterSpec"]
     assert spec["headGroupSpec"]["rayStartParams"]["num-gpus"] == "0"
@@ -72,3 +82,45 @@ def test_the_rayjob_manifest_requests_the_configs_gpus(capsys: pytest.CaptureFix
         limit = w["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
         assert limit == int(w["rayStartParams"]["num-gpus"])
     dry_run(argv, capsys)
+
+
+def pods(job: dict) -> list[dict]:
+    spec = job["spec"]["rayClusterSpec"]
+    return [group["template"]["spec"] for group in [spec["headGroupSpec"], *spec["workerGroupSpecs"]]]
+
+
+def test_the_rayjob_manifest_stops_the_driver_before_its_pods_go() -> None:
+    """A preempted pod's SIGTERM reaches ``ray start``, not the driver: each pod's preStop hook asks
+    the run to stop and waits for it, inside the grace period; Ray's job-stop wait exceeds the
+    trainer's SIGTERM grace; a stopped run is retried, and resumes from the run folder."""
+    job, argv = rayjob()
+    config, cluster = load_run(argv[argv.index("--config") + 1], [w for w in argv if "=" in w])
+    run_dir = config.train.output_dir
+    assert Path(run_dir).is_absolute() and argv[argv.index("--config") + 1].startswith(str(REPO))
+    assert "working_dir" not in job["spec"].get(
+        "runtimeEnvYAML", ""
+    )  # it would upload the submitter's folder
+    assert job["spec"]["backoffLimit"] >= 1
+    for pod in pods(job):
+        for container in pod["containers"]:
+            hook = container["lifecycle"]["preStop"]["exec"]["command"]
+            assert hook[:4] == ["python", "-m", "hgpo_train.stopping", run_dir], hook
+            assert hook[4] == "--wait" and 0 < float(hook[5]) < pod["terminationGracePeriodSeconds"]
+    head = pods(job)[0]["containers"][0]
+    env = {e["name"]: e["value"] for e in head["env"]}
+    stop_wait = float(env["RAY_JOB_STOP_WAIT_TIME_S"])  # SIGTERM -> SIGKILL of `ray job stop`
+    assert cluster.stop_grace_s < stop_wait < pods(job)[0]["terminationGracePeriodSeconds"]
+
+
+def test_the_rayjob_gpu_workers_have_a_memory_backed_shm() -> None:
+    job, _ = rayjob()
+    workers = [
+        p for p in pods(job)[1:] if any("nvidia.com/gpu" in c["resources"]["limits"] for c in p["containers"])
+    ]
+    assert workers
+    for pod in workers:
+        memory = {v["name"] for v in pod["volumes"] if v.get("emptyDir", {}).get("medium") == "Memory"}
+        for container in pod["containers"]:
+            assert any(
+                m["mountPath"] == "/dev/shm" and m["name"] in memory for m in container["volumeMounts"]
+            )
