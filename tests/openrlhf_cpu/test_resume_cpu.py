@@ -171,3 +171,22 @@ def test_sigterm_in_a_rollout_or_an_update_loses_no_completed_iteration(ray_tmp:
     assert f"(iteration {found[1]})" in third.stderr
     logged = [r["iteration"] for r in read_metrics(out / "metrics.jsonl")]
     assert logged == list(range(1, ITERATIONS + 1)), logged  # no gap, no duplicate
+
+
+def test_sigterm_before_the_run_started_is_one_line(ray_tmp: str, tmp_path: Path) -> None:
+    """SIGTERM while the driver connects to Ray and starts the actors (a job stopped early)."""
+    out = tmp_path / "run"
+    command = [*readme_command(), f"train.output_dir={out}"]
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (out / "driver.log").is_file():  # the run's console is set up: Ray starts next
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.05)
+    started = psutil.Process(process.pid).children(recursive=True)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr
+    assert "stopped; re-run the same command to start" in stderr.strip().splitlines()[-3:], stderr[-3000:]
+    _, alive = psutil.wait_procs(started, timeout=OUTLIVE_S)
+    assert not [p for p in alive if p.is_running()], "the stopped run left processes behind"
