@@ -79,7 +79,8 @@ def running(run_dir: Path) -> Iterator[None]:
 
 def stop_and_wait(run_dir: Path, wait_s: float, poll_s: float = 0.5) -> bool:
     """Ask the run in ``run_dir`` to stop, then wait up to ``wait_s`` for its driver to exit;
-    True when no driver runs there any more."""
+    True when no driver runs there any more (a driver killed by SIGKILL leaves its marker behind:
+    the wait then runs out)."""
     if not (run_dir / RUNNING_FILE).exists():
         return True
     request_stop(run_dir, "python -m hgpo_train.stopping")

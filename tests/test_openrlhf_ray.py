@@ -210,6 +210,7 @@ def recording_trainer(config: Any, resume_from: int) -> RecordingTrainer:
     trainer.experience_maker = make_maker(config.advantage.estimator, micro=2)
     trainer.measure_gap = False  # the fake engine cannot score prompts; tests/openrlhf_cpu measures it
     trainer.constraints = None
+    trainer.saving = []  # no checkpoint in flight: save() only records
     return trainer
 
 
