@@ -132,20 +132,18 @@ def test_a_run_no_node_has_room_for_is_refused_in_one_line(
     cluster: Cluster, shared: Path, warm_model: str
 ) -> None:
     """The cluster's 5 CPUs hold the run's 4.5 in sum, but no node has 2.5 left for the env worker
-    once the controller and the policy bundle are placed: Ray would wait for ever."""
+    once the controller and the policy bundle are placed, even with the cluster idle: Ray would
+    wait for ever, the run refuses at once (not after openrlhf.placement_timeout_s)."""
     wait_for_nodes(cluster.dashboard, 2)  # the storage test's third node is gone
-    last, _ = refused(
+    last, took = refused(
         cluster,
-        command(
-            warm_model,
-            shared / "unplaceable",
-            "env.num_workers=1",
-            "openrlhf.env_actor_cpus=2.5",
-            "openrlhf.placement_timeout_s=1",
-        ),
+        command(warm_model, shared / "unplaceable", "env.num_workers=1", "openrlhf.env_actor_cpus=2.5"),
     )
-    assert last.startswith("error: the Ray cluster cannot place env worker 0 (2.5 CPU on one node)"), last
-    assert last.endswith("(waited 1 s)") and last.count(" CPU, ") == 2  # what each node has left
+    assert last.startswith(
+        "error: the run needs 4.5 CPU and 1 GPU, and env worker 0 fits no node of the Ray cluster even "
+        "when it is idle: its 2 nodes have 5 CPU and 2 GPU in all ("
+    ), last
+    assert last.count(" CPU, ") == 2 and took < 100  # each node's resources; no placement wait
 
 
 def test_a_run_bigger_than_the_cluster_is_refused_in_seconds(
