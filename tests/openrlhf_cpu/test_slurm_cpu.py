@@ -92,6 +92,8 @@ class Job:
         deadline = time.monotonic() + timeout
         while not done():
             job = self.slurm.job(self.id)
+            if done():  # the state may change between the two looks
+                return
             assert job["JobState"] in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING"), self.report(what, job)
             assert time.monotonic() < deadline, self.report(f"no {what} within {timeout:g} s", job)
             time.sleep(0.5)
