@@ -190,7 +190,6 @@ def test_the_metrics_hold_every_iteration_once(job: Job) -> None:
 
 def test_the_job_has_a_ray_temp_dir_of_its_own_and_leaves_no_process(job: Job) -> None:
     assert (job.slurm.root / f"ray-{job.id}").is_dir()
-    assert not [line for line in job.text().splitlines() if line.startswith("Traceback")]
     deadline = time.monotonic() + 30  # Slurm's KillWait
     while (
         left := [p for p in job.slurm.job_processes() if p.name() != "slurmstepd"]
