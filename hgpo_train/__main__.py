@@ -172,7 +172,7 @@ def _train(config: Config, args: argparse.Namespace) -> int:
             metrics = trainer.fit()
     except StopRequested as stopped:
         last = trainer.last_checkpoint()
-        print(stopped_line(stopped.iteration, last.name if last else None), file=sys.stderr)
+        print(stopped_line(stopped, last.name if last else None), file=sys.stderr)
         return STOPPED_EXIT
     except PanelError as error:  # eval.panel names other tasks than the env plays
         print(f"panel error: {error}", file=sys.stderr)

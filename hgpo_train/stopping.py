@@ -34,11 +34,15 @@ class RolloutStopped(Exception):
 
 
 class StopRequested(Exception):
-    """The run stopped on request after checkpointing ``iteration``; re-running resumes from there."""
+    """The run stopped on request after checkpointing ``iteration``; re-running resumes from there.
 
-    def __init__(self, iteration: int) -> None:
+    ``abandoned``: the next iteration's rollout was in progress and dropped. The driver says so
+    (not the trainer, whose output may reach the console after the driver has exited)."""
+
+    def __init__(self, iteration: int, abandoned: bool = False) -> None:
         super().__init__(f"stopped after iteration {iteration}")
         self.iteration = iteration
+        self.abandoned = abandoned
 
 
 def stop_requested(run_dir: Path) -> bool:
@@ -116,12 +120,14 @@ def main(argv: list[str] | None = None) -> int:
     return 1
 
 
-def stopped_line(done: int, checkpoint: str | None) -> str:
+def stopped_line(stopped: StopRequested, checkpoint: str | None) -> str:
     """What a run that stopped on request says last."""
+    done = stopped.iteration
     if not done or checkpoint is None:
         return "stopped on request before the first iteration finished; re-run the same command to start"
+    dropped = f"iteration {done + 1}'s rollout was abandoned; " if stopped.abandoned else ""
     return (
-        f"stopped on request after iteration {done}, checkpointed ({checkpoint}); "
+        f"stopped on request after iteration {done}, checkpointed ({checkpoint}); {dropped}"
         "re-run the same command to resume"
     )
 

@@ -275,7 +275,7 @@ class Trainer:
                     metrics = self.run_iteration(iteration).metrics
                 except RolloutStopped:
                     self.checkpoints.wait()
-                    raise StopRequested(iteration) from None
+                    raise StopRequested(iteration, abandoned=True) from None
                 done = iteration + 1
                 self.save_in_background(done)
                 stop = stop_requested(self.run_dir)

@@ -382,7 +382,7 @@ def launch_run(
         with stopping.running(run_dir):
             launch(argv, trainer_actor(config, cluster, trainer_class or HGPOTrainer))
     except StopRequested as stopped:  # Ray raises the trainer's exception as one of this type
-        say(stopped_line(stopped.iteration, latest_tag(actor_dir)))
+        say(stopped_line(stopped, latest_tag(actor_dir)))
         return STOPPED_EXIT
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -336,14 +336,8 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
                 try:
                     metrics = self.run_iteration(iteration)
                 except RolloutStopped:
-                    print(
-                        f"stop requested: iteration {iteration + 1}'s rollout abandoned, the policy "
-                        f"is iteration {iteration}'s",
-                        file=sys.stderr,
-                        flush=True,
-                    )
                     self.wait_for_save()
-                    raise StopRequested(iteration) from None
+                    raise StopRequested(iteration, abandoned=True) from None
                 done = iteration + 1
                 self.save(done)
                 stop = self.stop_requested()

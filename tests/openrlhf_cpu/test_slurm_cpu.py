@@ -111,7 +111,10 @@ class Job:
         """Wait for the stop line number ``stops`` and the requeue, then let the job start again."""
         self.wait_for(f"stop {stops}", lambda: len(self.stops()) >= stops)
         self.wait_for("the requeue", lambda: self.slurm.job(self.id)["JobState"] == "PENDING", timeout=120)
-        self.slurm.run("scontrol", "update", f"JobId={self.id}", f"TimeLimit={time_limit}", "StartTime=now")
+        # Slurm holds a requeued job for its credential's lifetime (120 s); this skips most of it,
+        # but not the second of the requeue: a job restarted within it finds its new credential
+        # revoked along with the old one and fails ("Job credential revoked")
+        self.slurm.run("scontrol", "update", f"JobId={self.id}", f"TimeLimit={time_limit}", "StartTime=now+2")
         self.wait_for("the restart", lambda: self.slurm.job(self.id)["JobState"] == "RUNNING", timeout=120)
 
 
