@@ -97,6 +97,7 @@ def server_settings_problem(args: argparse.Namespace) -> str | None:
         ("--keep-alive", args.keep_alive),
         ("--request-timeout", args.request_timeout),
         ("--send-timeout", args.send_timeout),
+        ("--shutdown-grace", args.shutdown_grace),
     )
     for flag, value in seconds:
         if value is not None and not value > 0:
@@ -141,6 +142,7 @@ def serve(args: argparse.Namespace) -> int:
             request_timeout=args.request_timeout,
             max_pending_per_address=args.max_pending_per_address,
             send_timeout=args.send_timeout,
+            shutdown_grace=args.shutdown_grace,
         )
     except BAD_ENV as error:
         print(f"error: {error}", file=sys.stderr)
@@ -275,6 +277,12 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=30.0,
         help="drop a WebSocket whose replies have waited this long unread (s)",
+    )
+    server.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=10.0,
+        help="on SIGTERM or SIGINT, exit within this long whatever the clients do (s)",
     )
     server.add_argument(
         "--limit-concurrency",

@@ -62,7 +62,8 @@ def running_server(
 ) -> Iterator[tuple[str, subprocess.Popen]]:
     """A server subprocess (the tests folder importable, for ``byo_envs:Id``; with ``token``, a
     token file; on ``port``, or a free one; ``ca_file``: it serves https with a certificate that
-    CA signed); yields its base URL and process, and stops it (by pid) after."""
+    CA signed); yields its base URL and process (``process.log``: the file its output goes to),
+    and stops it (by pid) after."""
     port = port or free_port()
     with tempfile.TemporaryDirectory(prefix="hgpo-serve-") as folder:
         log = Path(folder) / "server.log"
@@ -84,6 +85,7 @@ def running_server(
                 cwd=folder,
                 env=environment,
             )
+        process.log = log
         url = f"{'https' if ca_file else 'http'}://127.0.0.1:{port}"
         try:
             wait_healthy(url, process, log, token=token, ca_file=ca_file)

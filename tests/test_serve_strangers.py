@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import re
+import signal
 import socket
 import stat
 import threading
@@ -22,7 +24,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.frames import Frame, Opcode
 from websockets.sync.client import connect
 
-from hgpo_env.serve.auth import MIN_REMOTE_TOKEN_CHARS, check_bind, read_token
+from hgpo_env.serve.auth import MIN_TOKEN_CHARS, check_bind, read_token
 from hgpo_env.serve.choices import Allowed, ClientChoices
 from hgpo_env.serve.guards import MAX_BODY_BYTES
 
@@ -83,7 +85,9 @@ def test_http_bodies_are_capped_on_every_route(server):
         status, reply = post(server, huge, chunked=chunked)
         assert status == 413 and len(reply) < 200, (chunked, status, reply[:200])
     status, reply = post(server, b'{"split": "nope"}')  # an ordinary body still reaches the route
-    assert status == 400 and reply == b'{"detail":"Invalid task index"}', reply  # OpenEnv's answer
+    assert status == 400 and reply == b"{\"detail\":\"no split 'nope': this env has ['train', 'eval']\"}", (
+        reply
+    )
 
 
 def test_the_bearer_scheme_is_case_insensitive(server):
@@ -128,11 +132,22 @@ def test_token_files_and_variables_are_checked_alike(tmp_path, monkeypatch, caps
         read_token()
 
 
-def test_a_short_token_is_refused_beyond_loopback():
-    check_bind("127.0.0.1", "x", insecure=False)  # this machine only
-    with pytest.raises(ValueError, match=f"use at least {MIN_REMOTE_TOKEN_CHARS}"):
-        check_bind("0.0.0.0", "x" * (MIN_REMOTE_TOKEN_CHARS - 1), insecure=False)
-    check_bind("0.0.0.0", "x" * MIN_REMOTE_TOKEN_CHARS, insecure=False)
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
+def test_a_short_token_is_refused_on_any_address(host):
+    """Every user of a machine reaches its loopback server: a one-letter token guards nothing."""
+    with pytest.raises(ValueError, match=f"use at least {MIN_TOKEN_CHARS}"):
+        check_bind(host, "x" * (MIN_TOKEN_CHARS - 1), insecure=False)
+    check_bind(host, "x" * MIN_TOKEN_CHARS, insecure=False)
+
+
+def test_the_server_refuses_a_short_token_in_one_line(monkeypatch, capsys):
+    from hgpo_env.__main__ import main
+
+    monkeypatch.setenv("HGPO_SERVE_TOKEN", "a")
+    assert main(["serve", "HGPO-Rooms-v0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: refusing a 1-character token: use at least 16")
+    assert "secrets.token_urlsafe" in err  # how to make one
 
 
 def test_an_empty_allowed_range_is_refused():
@@ -194,6 +209,31 @@ def test_served_alfworld_sends_a_game_id_not_the_servers_path(shared_data):
             metadata = answer["data"]["observation"]["metadata"]
             assert "game_file" not in metadata and str(data) not in str(answer)
             assert metadata["game_id"].startswith("valid_seen/") and metadata["game_id"].endswith(".tw-pddl")
+
+
+def test_task_api_refusals_are_one_log_line_at_most(shared_data):
+    """ALFWorld's splits: made-up ones were quiet, but a declared split whose games the server
+    lacks (``train`` is not unpacked here) logged a traceback on every request, each building
+    an env."""
+    with running_server(
+        "HGPO-ALFWorld-v0", "split=valid_seen", f"data_path={shared_data / 'alfworld'}", token=TOKEN
+    ) as (url, process):
+        for i in range(10):
+            status, reply = post(
+                url, json.dumps({"split": f"made-up-{i}"}).encode(), env_id="HGPO-ALFWorld-v0"
+            )
+            assert status == 400 and b"this env has" in reply and b"valid_seen" in reply, reply
+        for _ in range(10):
+            started = time.monotonic()
+            status, reply = post(url, b'{"split": "train"}', env_id="HGPO-ALFWorld-v0")
+            assert status == 500 and b"'train' split cannot be served" in reply, reply
+            assert time.monotonic() - started < 2  # remembered: no env is built again
+        assert post(url, b'{"split": "valid_seen"}', env_id="HGPO-ALFWorld-v0") == (200, b'{"num_tasks":140}')
+        logged = process.log.read_text()
+    assert "Traceback" not in logged
+    assert [line for line in logged.splitlines() if "split" in line] == [
+        next(line for line in logged.splitlines() if line.startswith("the 'train' split cannot be served"))
+    ], logged
 
 
 def test_the_task_api_refuses_splits_an_env_does_not_declare_without_building_one(shared_data):
@@ -329,6 +369,45 @@ def test_one_address_cannot_hold_more_than_its_share(strict_server):
         sock.close()
 
 
+LIMIT = 8
+
+
+def test_sockets_that_never_finish_a_request_cannot_use_up_the_concurrency_limit():
+    """40 silent sockets (from 40 addresses, under every per-address cap) and 10 half-sent headers
+    against ``--limit-concurrency 8``: token holders are still served (before, /health answered
+    503), strangers' requests are refused and closed, the limit still binds token holders, and
+    the silent sockets are closed at the header deadline."""
+    limits = ("--limit-concurrency", str(LIMIT), "--request-timeout", "4")
+    with running_server("HGPO-Rooms-v0", *limits, token=TOKEN) as (url, _):
+        silent = [stranger(url, f"127.0.2.{i + 1}") for i in range(40)]
+        half = [stranger(url, f"127.0.3.{i + 1}", b"GET /health HTTP/1.1\r\nHost: x\r\n") for i in range(10)]
+        opened = time.monotonic()
+        time.sleep(1.3)  # stale: they would count against their addresses now
+        with connect(ws_url(url), additional_headers={"Authorization": f"Bearer {TOKEN}"}) as ws:
+            assert ws_request(ws, "reset", {"seed": 0})["type"] == "observation"
+            assert ws_request(ws, "step", {"response": "look"})["type"] == "observation"
+        host, port = url.removeprefix("http://").split(":")
+        tokenless = http.client.HTTPConnection(host, int(port), timeout=10)
+        tokenless.request("GET", "/health")
+        answer = tokenless.getresponse()
+        assert answer.status == 401 and answer.getheader("connection") == "close"
+        answer.read()
+        kept, statuses = [], []
+        for _ in range(LIMIT + 2):  # token holders' kept-alive connections: the limit binds them
+            connection = http.client.HTTPConnection(host, int(port), timeout=10)
+            connection.request("GET", "/health", headers={"Authorization": f"Bearer {TOKEN}"})
+            answer = connection.getresponse()
+            answer.read()
+            statuses.append(answer.status)
+            kept.append(connection)
+        assert 503 in statuses and statuses.count(200) <= LIMIT, statuses  # uvicorn counts the asker too
+        for connection in kept:
+            connection.close()
+        assert all(
+            closed_by_server(sock, within=max(0.1, opened + 8 - time.monotonic())) for sock in silent + half
+        )
+
+
 def test_an_oversized_upgrade_header_is_answered(strict_server):
     sock = stranger(strict_server, "127.0.0.4")
     sock.sendall(
@@ -452,6 +531,33 @@ def test_clients_that_never_read_their_replies_hold_bounded_memory_and_are_dropp
                 while sock.recv(2**20):
                     pass
             sock.close()
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_the_server_stops_within_its_grace_whatever_its_clients_do(stop):
+    """Four sessions, a client that never reads its replies and one that never finishes its
+    headers, with the limits that would drop them far off: the server exits within
+    ``--shutdown-grace`` (before, it waited on the non-reader for ever), in one line."""
+    limits = ("--shutdown-grace", "3", "--send-timeout", "600", "--request-timeout", "600")
+    with contextlib.ExitStack() as held:
+        url, process = held.enter_context(running_server("HGPO-Rooms-v0", *limits, token=TOKEN))
+        for _ in range(4):
+            ws = held.enter_context(
+                connect(ws_url(url), additional_headers={"Authorization": f"Bearer {TOKEN}"})
+            )
+            assert ws_request(ws, "reset", {"seed": 0})["type"] == "observation"
+        held.enter_context(non_reader(url, "127.0.0.6"))
+        held.enter_context(stranger(url, "127.0.0.6", b"GET /health HTTP/1.1\r\nHost: x\r\n"))
+        process.send_signal(stop)
+        signalled = time.monotonic()
+        process.wait(timeout=60)
+        took = time.monotonic() - signalled
+        said = process.log.read_text()
+    assert took < 3 + 5, f"{took:.1f} s"  # the grace, and time to exit on a loaded machine
+    [line] = [line for line in said.splitlines() if line.startswith(stop.name)]
+    found = re.fullmatch(rf"{stop.name}: closing (\d) connections, exiting within 3 s", line)
+    assert found and int(found[1]) >= 5, said  # 6 once the server has read the half-sent header
+    assert "Traceback" not in said, said
 
 
 def test_a_killed_server_leaves_no_frame_checker_behind():

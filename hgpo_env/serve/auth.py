@@ -26,8 +26,10 @@ AUTH_CLOSE_CODE = 1008
 """WebSocket close code of a refused upgrade (policy violation)."""
 
 
-MIN_REMOTE_TOKEN_CHARS = 16
-"""Shortest token a server reachable beyond this machine accepts (guessing must not pay)."""
+MIN_TOKEN_CHARS = 16
+"""Shortest token a server accepts (guessing must not pay): what ``secrets.token_urlsafe(12)`` makes."""
+MAKE_TOKEN = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+"""A command that makes a good token."""
 
 
 def read_token(token_file: str | os.PathLike[str] | None = None) -> str | None:
@@ -75,19 +77,17 @@ def is_loopback(host: str) -> bool:
 
 
 def check_bind(host: str, token: str | None, insecure: bool) -> None:
-    """Refuse to serve an address other machines can reach without a token, unless ``insecure``,
-    or with a token shorter than :data:`MIN_REMOTE_TOKEN_CHARS`."""
-    if is_loopback(host):
-        return
-    if token is None and not insecure:
+    """Refuse a token shorter than :data:`MIN_TOKEN_CHARS` (on any address: a loopback server
+    is reachable by every user of the machine), and to serve an address other machines can reach
+    without a token, unless ``insecure``."""
+    if token is not None and len(token) < MIN_TOKEN_CHARS:
+        raise ValueError(
+            f"refusing a {len(token)}-character token: use at least {MIN_TOKEN_CHARS} ({MAKE_TOKEN})"
+        )
+    if token is None and not insecure and not is_loopback(host):
         raise ValueError(
             f"refusing to serve {host} without a token: anything on that network could open "
             f"sessions. Give one (--token-file, or ${TOKEN_VARIABLE}), or say --insecure"
-        )
-    if token is not None and len(token) < MIN_REMOTE_TOKEN_CHARS:
-        raise ValueError(
-            f"refusing to serve {host} with a {len(token)}-character token: use at least "
-            f"{MIN_REMOTE_TOKEN_CHARS} (python -c 'import secrets; print(secrets.token_urlsafe(32))')"
         )
 
 
@@ -118,7 +118,13 @@ class BearerAuth:
                 {"type": "websocket.close", "code": AUTH_CLOSE_CODE, "reason": "missing or wrong token"}
             )
         else:
-            await refuse_http(send, 401, "missing or wrong bearer token", [(b"www-authenticate", b"Bearer")])
+            # closed after the answer: a stranger's connection never waits in keep-alive, counted
+            await refuse_http(
+                send,
+                401,
+                "missing or wrong bearer token",
+                [(b"www-authenticate", b"Bearer"), (b"connection", b"close")],
+            )
 
 
 async def refuse_http(

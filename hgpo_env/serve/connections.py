@@ -11,6 +11,10 @@ connection whose headers are complete (a request or a WebSocket upgrade, where t
 checked) no longer counts. A WebSocket upgrade with a header line longer than WebSocket
 servers read (8 KiB) gets 431 rather than silence.
 
+Incomplete connections are also kept out of uvicorn's own count of connections, which
+``--limit-concurrency`` bounds: before, forty silent sockets turned every token holder's request
+into 503. A connection counts from its first complete request on (a refused token closes it).
+
 A WebSocket whose client stops reading holds one reply in memory and its socket for ever: the
 session's handler waits for the write buffer to drain, and closing the socket waits for it too.
 :func:`unread_replies_dropped` makes uvicorn's WebSocket protocol drop (abort) a connection whose
@@ -20,10 +24,13 @@ replies have waited unread for ``deadline_s``; its session ends as for a client 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import defaultdict
 
 import h11
+from starlette.websockets import WebSocketDisconnect, WebSocketDisconnected
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.utils import ClientDisconnected
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 MAX_UPGRADE_HEADER_LINE = 8190
@@ -44,8 +51,21 @@ def guarded_protocol(deadline_s: float, per_address: int) -> type[H11Protocol]:
         _timer: asyncio.TimerHandle | None = None
         _address = "?"
 
+        @staticmethod
+        def pending_count() -> int:
+            """Connections whose request is incomplete (not in uvicorn's count)."""
+            return sum(map(len, pending.values()))
+
+        @staticmethod
+        def close_pending() -> None:
+            """Close every connection whose request is incomplete (the server is stopping)."""
+            for held in list(pending.values()):
+                for connection in list(held):
+                    connection._expired()
+
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            self.connections.discard(self)  # counted once a request is complete
             self._address = self.client[0] if self.client else "?"
             if self._stale_at_address() >= per_address:
                 transport.close()
@@ -84,9 +104,13 @@ def guarded_protocol(deadline_s: float, per_address: int) -> type[H11Protocol]:
         def data_received(self, data: bytes) -> None:
             if self.cycle is None or self.cycle.response_complete:  # the start of a next request
                 self._start_deadline()
+            counted = self in self.connections
+            self.connections.add(self)  # as uvicorn counts it when a request completes in this data
             super().data_received(data)
             if self.cycle is not None and not self.cycle.response_complete:
                 self._headers_done()  # h11 parsed the headers: the app (and its token check) has it
+            elif not counted and self._timer is not None:
+                self.connections.discard(self)  # still incomplete
 
         def handle_websocket_upgrade(self, event: h11.Request) -> None:
             self._headers_done()
@@ -147,3 +171,16 @@ def unread_replies_dropped(deadline_s: float) -> type[WebSocketsSansIOProtocol]:
                 self._stalled = None
 
     return UnreadRepliesDropped
+
+
+class GoneClientsUnlogged(logging.Filter):
+    """Drops uvicorn's "Exception in ASGI application" traceback where a session failed only
+    because its client is gone: OpenEnv's handler answers a dropped connection (a client that
+    never read its replies) with an error it can no longer send, and a session still busy when
+    a shutdown's grace runs out is cancelled. Neither is a fault of the server, and a client must
+    not be able to fill its log."""
+
+    GONE = (WebSocketDisconnect, WebSocketDisconnected, ClientDisconnected, asyncio.CancelledError)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], self.GONE))

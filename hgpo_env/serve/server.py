@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
 import reprlib
+import signal
 import threading
 import typing
 import uuid
@@ -25,6 +28,7 @@ from typing import Any
 
 import gymnasium as gym
 import uvicorn
+from fastapi import HTTPException
 from openenv.core.env_server import Environment, create_app
 from openenv.core.env_server.types import ConcurrencyConfig, EnvironmentMetadata, State
 
@@ -32,11 +36,13 @@ import hgpo_env  # noqa: F401  (registers the HGPO-* ids)
 from hgpo_env.registration import import_env_module
 from hgpo_env.serve.auth import BearerAuth, check_bind
 from hgpo_env.serve.choices import Allowed, ClientChoices, redact
-from hgpo_env.serve.connections import guarded_protocol, unread_replies_dropped
+from hgpo_env.serve.connections import GoneClientsUnlogged, guarded_protocol, unread_replies_dropped
 from hgpo_env.serve.frames import FrameGuard, stop_checker
 from hgpo_env.serve.guards import BodyLimit, OriginCheck
 from hgpo_env.serve.idle import IdleClose
 from hgpo_env.serve.wire import MAX_RESPONSE_CHARS, HGPOAction, HGPOObservation, info_to_wire
+
+logger = logging.getLogger(__name__)
 
 
 class HGPOEnvironment(Environment[HGPOAction, HGPOObservation, State]):
@@ -186,7 +192,7 @@ class HGPOEnvironment(Environment[HGPOAction, HGPOObservation, State]):
         return await asyncio.to_thread(self.catalog.splits)
 
     async def num_tasks(self, split: str) -> int:
-        count = await asyncio.to_thread(self.catalog.count, split)
+        count = await asyncio.to_thread(self.catalog.count, split)  # a refusal is an HTTPException
         if count is None:  # OpenEnv answers 501: there is no count to give
             raise NotImplementedError(
                 f"{self.env_id} generates tasks without end: any non-negative id is one"
@@ -210,12 +216,14 @@ class TaskCatalog:
     """The splits and task counts of the served env, each found once (an env built per split)
     and shared by every session: listings cost one env, not one per task."""
 
-    def __init__(self, env_id: str, env_kwargs: Mapping[str, Any]) -> None:
+    def __init__(
+        self, env_id: str, env_kwargs: Mapping[str, Any], splits: Sequence[str] | None = None
+    ) -> None:
         self.env_id = env_id
         self.env_kwargs = dict(env_kwargs)
         self._lock = threading.Lock()
-        self._splits: list[str] | None = None
-        self._counts: dict[str, int | None] = {}
+        self._splits = None if splits is None else list(splits)  # None: read from an env when asked
+        self._counts: dict[str, int | HTTPException | None] = {}
 
     def splits(self) -> list[str]:
         with self._lock:
@@ -224,16 +232,25 @@ class TaskCatalog:
             return list(self._splits)
 
     def count(self, split: str) -> int | None:
-        """Tasks in ``split`` (None: unbounded); a split the env does not declare is refused
-        before any env is built, so strangers cannot make the server build envs at will."""
+        """Tasks in ``split`` (None: unbounded). A split the env does not declare is refused (400)
+        before any env is built, so strangers cannot make the server build envs at will; one the
+        server cannot build (its data is missing) is refused (500) with one log line, once: the
+        answer is remembered, and no client's request is ever a traceback in the log."""
         named = self.splits()
         if split not in named:
-            raise IndexError(f"no split {reprlib.repr(split)}: this env has {named}")
+            raise HTTPException(400, f"no split {reprlib.repr(split)}: this env has {named}")
         with self._lock:
             if split not in self._counts:
-                count = self._read({**self.env_kwargs, "split": split}, lambda env: env.num_tasks)
-                self._counts[split] = None if count is None else int(count)
-            return self._counts[split]
+                try:
+                    found = self._read({**self.env_kwargs, "split": split}, lambda env: env.num_tasks)
+                    self._counts[split] = None if found is None else int(found)
+                except RuntimeError as error:  # the env's error, redacted
+                    logger.warning("the %r split cannot be served: %s", split, error)
+                    self._counts[split] = HTTPException(500, f"the {split!r} split cannot be served: {error}")
+            count = self._counts[split]
+        if isinstance(count, HTTPException):
+            raise count
+        return count
 
     def _read(self, kwargs: Mapping[str, Any], read: Any) -> Any:
         """``read`` of a freshly built env (unwrapped), which is closed after."""
@@ -315,7 +332,8 @@ def build_app(
     allow_origins: Sequence[str] = (),
 ) -> Any:
     """The FastAPI app of OpenEnv's ``create_app`` serving ``env_id``; the env is made once here,
-    so a bad id or argument fails at start-up rather than in the first session. ``threads`` runs
+    so a bad id or argument fails at start-up rather than in the first session (and its splits
+    are known before any client asks). ``threads`` runs
     each session's steps in OpenEnv's executor threads (:class:`InlineHGPOEnvironment` says when);
     ``token`` makes every request and upgrade carry it (:class:`~hgpo_env.serve.auth.BearerAuth`);
     ``allow`` names the env arguments clients may set (``KEY`` or ``KEY=LOW..HIGH``);
@@ -326,9 +344,13 @@ def build_app(
     ``/reset``, ``/step``, ``/state`` and ``/mcp`` routes make envs outside that cap (a stateless
     reset per request, MCP sessions that nothing reclaims without a timeout): they are left out
     unless ``http_sessions``."""
-    gym.make(env_id, **dict(env_kwargs or {})).close()
+    made = gym.make(env_id, **dict(env_kwargs or {}))
+    try:
+        splits = declared_splits(made.unwrapped)
+    finally:
+        made.close()
     choices = ClientChoices(env_id, dict(env_kwargs or {}), [Allowed.parse(text) for text in allow])
-    catalog = TaskCatalog(env_id, dict(env_kwargs or {}))
+    catalog = TaskCatalog(env_id, dict(env_kwargs or {}), splits)
     config = ConcurrencyConfig(max_concurrent_envs=max_sessions, session_timeout=session_timeout)
     environment = HGPOEnvironment if threads else InlineHGPOEnvironment
     app = create_app(
@@ -373,9 +395,11 @@ def serve(
     request_timeout: float = 10.0,
     max_pending_per_address: int = 32,
     send_timeout: float = 30.0,
+    shutdown_grace: float = 10.0,
 ) -> None:
-    """Serve until SIGINT or SIGTERM, which stop taking sessions and close the open ones; print
-    one line with the URL once sessions are accepted. A ``host`` other machines can reach needs
+    """Serve until SIGINT or SIGTERM, which stop taking sessions, close the open ones and exit
+    within ``shutdown_grace`` seconds whatever the clients do (sessions still busy then are
+    cancelled); print one line with the URL once sessions are accepted, and one on the signal. A ``host`` other machines can reach needs
     a ``token``, or ``insecure``; ``ssl_certfile`` (and ``ssl_keyfile``) serve ``https``/``wss``,
     so the token does not cross the network in clear text.
 
@@ -397,37 +421,82 @@ def serve(
         http_sessions=http_sessions,
         allow_origins=allow_origins,
     )
+    http = guarded_protocol(request_timeout, max_pending_per_address)
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
         log_level="warning",
-        http=guarded_protocol(request_timeout, max_pending_per_address),
+        http=http,
         ws=unread_replies_dropped(send_timeout),
         ws_max_size=MAX_FRAME_BYTES,
         ws_per_message_deflate=False,
         timeout_keep_alive=keep_alive,
+        timeout_graceful_shutdown=shutdown_grace,
         limit_concurrency=limit_concurrency,
         ssl_certfile=ssl_certfile,
         ssl_keyfile=ssl_keyfile,
     )
+    logging.getLogger("uvicorn.error").addFilter(GoneClientsUnlogged())
     scheme = "https" if ssl_certfile else "http"
     ready = f"serving {import_env_module(env_id)} at {scheme}://{host}:{port} ({max_sessions} sessions"
     ready += ", token required)" if token else ", no token)"
     try:
-        _AnnouncingServer(config, ready).run()
+        _AnnouncingServer(config, ready, shutdown_grace, http).run()
     finally:
         stop_checker()
 
 
-class _AnnouncingServer(uvicorn.Server):
-    """uvicorn's server, printing ``line`` once its socket accepts connections."""
+FORCED_EXIT_AFTER_S = 5.0
+"""How long past its grace a stopping server may take (an env step stuck in a thread) before it
+exits without cleaning up."""
 
-    def __init__(self, config: uvicorn.Config, line: str) -> None:
+
+class _AnnouncingServer(uvicorn.Server):
+    """uvicorn's server, printing ``line`` once its socket accepts connections and a line on the
+    signal that stops it; bounded: past ``grace_s`` (and :data:`FORCED_EXIT_AFTER_S`) it exits
+    whatever is left."""
+
+    def __init__(self, config: uvicorn.Config, line: str, grace_s: float, http: Any) -> None:
         super().__init__(config)
         self.line = line
+        self.grace_s = grace_s
+        self.http = http  # the guarded protocol class: it holds the incomplete connections
 
     async def startup(self, sockets: Any = None) -> None:
         await super().startup(sockets)
         if self.started:
             print(self.line, flush=True)
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        if not self.should_exit:
+            held = len(self.server_state.connections) + self.http.pending_count()
+            name = signal.Signals(sig).name
+            print(f"{name}: closing {held} connections, exiting within {self.grace_s:g} s", flush=True)
+            last_resort = threading.Timer(self.grace_s + FORCED_EXIT_AFTER_S, _exit_now, (name, 128 + sig))
+            last_resort.daemon = True
+            last_resort.start()
+        super().handle_exit(sig, frame)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """uvicorn's handlers for SIGINT and SIGTERM, without its raising the signal again once
+        stopped (a KeyboardInterrupt traceback after SIGINT): a stop on request exits 0."""
+        if threading.current_thread() is not threading.main_thread():  # only it may set handlers
+            yield
+            return
+        originals = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in originals.items():
+                signal.signal(sig, handler)
+
+    async def shutdown(self, sockets: Any = None) -> None:
+        self.http.close_pending()  # not in uvicorn's connections: not closed there
+        await super().shutdown(sockets)
+
+
+def _exit_now(name: str, status: int) -> None:
+    print(f"{name}: still stopping after the grace period: exiting now", flush=True)
+    os._exit(status)
