@@ -305,8 +305,9 @@ class OpenRLHFConfig(Section):
     """Keep Adam states in CPU memory (ZeRO-Offload): less GPU memory, slower steps."""
     ref_offload: bool = False
     """Keep the reference model's weights in CPU memory between forward passes."""
-    param_dtype: Literal["bf16", "fp16"] = "bf16"
-    """Weight dtype of the DeepSpeed models."""
+    param_dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
+    """Weight dtype of the DeepSpeed models and the vLLM engines. fp32 is for ``device: cpu`` only:
+    a CPU without AVX512-BF16 computes bf16 about 20 times slower than fp32."""
     attn_implementation: str = "flash_attention_2"
     """Attention kernel of the DeepSpeed models (``sdpa`` where flash-attn is not installed)."""
     max_len: PositiveInt = 8192

@@ -293,6 +293,7 @@ def test_seven_b_config_and_overrides() -> None:
             "is_correction_level .*engine-policy gap",
         ),
         ("openrlhf.extra_args=['--algo.advantage.is_correction_level=seq']", "step samples do not carry"),
+        ("openrlhf.param_dtype=fp32", "param_dtype=fp32 is for openrlhf.device=cpu"),
     ],
 )
 def test_config_errors_name_the_key(override: str, message: str) -> None:
@@ -479,6 +480,8 @@ def test_a_resumed_run_with_another_config_is_refused(tmp_path, capsys: pytest.C
 
 def test_cpu_mode_sets_what_cpus_lack_and_names_its_environment(tmp_path, capsys) -> None:
     from hgpo_train.openrlhf.arguments import openrlhf_argv
+    from hgpo_train.openrlhf.cli import cpu_env_vars
+    from hgpo_train.openrlhf.worker_setup import FP32_VAR
 
     cpu_config = "configs/openrlhf_rooms_cpu.yaml"
     overrides = ["openrlhf.vllm_sync_backend=nccl", "openrlhf.attn_implementation=flash_attention_2"]
@@ -490,6 +493,10 @@ def test_cpu_mode_sets_what_cpus_lack_and_names_its_environment(tmp_path, capsys
     )
     argv = openrlhf_argv(config, cluster, checkpoint_dir="c", final_dir="f")
     assert "--train.colocate_all" in argv and not {"--vllm.enable_sleep", "--ds.enable_sleep"} & set(argv)
+    # fp32, which OpenRLHF's parser refuses: launched as bf16, made fp32 in every process of the run
+    assert cluster.param_dtype == "fp32" and argv[argv.index("--ds.param_dtype") + 1] == "bf16"
+    assert cpu_env_vars(cluster)[FP32_VAR] == "1"
+    assert FP32_VAR not in cpu_env_vars(load_run(cpu_config, ["openrlhf.param_dtype=bf16"])[1])
     gpu_argv = openrlhf_argv(*load_run(PAPER_CONFIGS[0]), checkpoint_dir="c", final_dir="f")
     assert {"--vllm.enable_sleep", "--ds.enable_sleep"} <= set(gpu_argv)  # GPU runs are as before
     # This environment has no vLLM CPU build: one line naming the script that makes one.

@@ -166,8 +166,7 @@ def ray_init_kwargs(config: Config, cluster: OpenRLHFConfig) -> dict[str, Any]:
     if cluster.device == "cpu":
         from hgpo_train.openrlhf import cpu
 
-        env_vars.update(cpu.ENV_VARS)
-        env_vars[worker_setup.DEVICE_VAR] = "cpu"
+        env_vars.update(cpu_env_vars(cluster))
         if not cluster.ray_address:
             cpus = max(os.cpu_count() or 1, required_cpus(config, cluster))
             kwargs = cpu.logical_gpu_cluster(required_gpus(config, cluster), cpus)
@@ -189,11 +188,22 @@ def cpu_head_problem(config: Config) -> str | None:
     return vllm_cpu_head_size_problem(head)
 
 
-def start_cpu_mode() -> None:
-    """Apply the CPU stand-ins in this process, before anything imports openrlhf."""
+def cpu_env_vars(cluster: OpenRLHFConfig) -> dict[str, str]:
+    """The environment of every process of a CPU run, the driver's included."""
+    from hgpo_train.openrlhf import cpu, worker_setup
+
+    env_vars = {**cpu.ENV_VARS, worker_setup.DEVICE_VAR: "cpu"}
+    if cluster.param_dtype == "fp32":
+        env_vars[worker_setup.FP32_VAR] = "1"
+    return env_vars
+
+
+def start_cpu_mode(cluster: OpenRLHFConfig) -> None:
+    """Apply the CPU stand-ins in this process, before anything imports openrlhf (the driver makes
+    the strategy its actors get)."""
     from hgpo_train.openrlhf import cpu
 
-    os.environ.update({k: os.environ.get(k, v) for k, v in cpu.ENV_VARS.items()})
+    os.environ.update({k: os.environ.get(k, v) for k, v in cpu_env_vars(cluster).items()})
     cpu.install_driver()
 
 
@@ -335,7 +345,7 @@ def launch_run(
 ) -> int:
     """Connect to Ray, check the cluster, record the start and run OpenRLHF's launcher."""
     if cluster.device == "cpu":
-        start_cpu_mode()
+        start_cpu_mode(cluster)
     import ray
 
     from hgpo_train.openrlhf import watchdog

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import importlib.machinery
+import os
 import sys
 import types
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 import torch
 
 from hgpo_train.openrlhf.patching import patch_modules
+from hgpo_train.openrlhf.worker_setup import FP32_VAR
 
 ENV_VARS = {
     "DS_ACCELERATOR": "cpu",  # DeepSpeed's CPU accelerator (gloo when oneCCL is absent)
@@ -218,8 +220,36 @@ class CPUWeightReceiver:
 # --------------------------------------------------------------------------- applying them
 
 
+def fp32_strategy(original_init: Any) -> Any:
+    """``DeepspeedStrategy.__init__`` with ``args.ds.param_dtype`` fp32 where the run asks for it
+    (:data:`~hgpo_train.openrlhf.worker_setup.FP32_VAR`): its DeepSpeed configs then enable neither
+    bf16 nor fp16, and the models it loads come in fp32 (:func:`fp32_dtype`). The driver makes the
+    strategy every actor gets."""
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if os.environ.get(FP32_VAR):  # read now: the driver sets it after importing openrlhf
+            kwargs["args"].ds.param_dtype = "fp32"  # get_strategy (utils.py:28) passes it by name
+        original_init(self, *args, **kwargs)
+
+    return __init__
+
+
+def fp32_dtype(original: Any) -> Any:
+    """``convert_to_torch_dtype``, which knows bf16 and fp16 only, knowing fp32."""
+
+    def convert_to_torch_dtype(param_dtype: str) -> torch.dtype:
+        return torch.float32 if param_dtype == "fp32" else original(param_dtype)
+
+    return convert_to_torch_dtype
+
+
 def patch_deepspeed_strategy(module: types.ModuleType) -> None:
     module.init_device_mesh = cpu_device_mesh(module.init_device_mesh)
+    module.DeepspeedStrategy.__init__ = fp32_strategy(module.DeepspeedStrategy.__init__)
+
+
+def patch_dtype_names(module: types.ModuleType) -> None:
+    module.convert_to_torch_dtype = fp32_dtype(module.convert_to_torch_dtype)
 
 
 def patch_replay_buffer(module: types.ModuleType) -> None:
@@ -231,6 +261,7 @@ def patch_policy_actor(module: types.ModuleType) -> None:
 
 
 MODULE_PATCHES = {
+    "openrlhf.utils.utils": patch_dtype_names,
     "openrlhf.utils.deepspeed.deepspeed": patch_deepspeed_strategy,
     "openrlhf.trainer.ppo_utils.replay_buffer": patch_replay_buffer,
     "openrlhf.trainer.ray.ppo_actor": patch_policy_actor,

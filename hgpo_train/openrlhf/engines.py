@@ -10,6 +10,7 @@ share cached prefixes.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ import ray
 
 from hgpo_train.config import GenerationConfig
 from hgpo_train.generation import CHOICES_PROCESSOR, PromptEncoder, RequestGenerator, VLLMRequest
+from hgpo_train.openrlhf.worker_setup import FP32_VAR
 
 
 def vllm_sampling_params(**kwargs: Any) -> Any:
@@ -75,6 +77,8 @@ def engine_actor(worker_extension_cls: str | None = None) -> Any:
             kwargs["logits_processors"] = [*(kwargs.get("logits_processors") or []), CHOICES_PROCESSOR]
             if worker_extension_cls:
                 kwargs["worker_extension_cls"] = worker_extension_cls
+            if os.environ.get(FP32_VAR):  # OpenRLHF asks for bfloat16 engines (vllm_engine.py:273)
+                kwargs["dtype"] = "float32"
             await super().__init__(*args, **kwargs)
 
     return ray.remote(HGPORolloutActor)

@@ -57,6 +57,10 @@ def validate_cluster(config: Config) -> None:
             f"{SECTION}.vllm_tensor_parallel_size must be 1 with {SECTION}.device=cpu (vLLM's CPU "
             "build runs one process per engine here); use more engines instead"
         )
+    if cluster.device != "cpu" and cluster.param_dtype == "fp32":
+        raise ConfigError(
+            f"{SECTION}.param_dtype=fp32 is for {SECTION}.device=cpu: OpenRLHF trains in bf16 or fp16 on GPUs"
+        )
     refused = sorted({a.split("=")[0] for a in cluster.extra_args} & set(REFUSED_ARGS))
     if refused:
         raise ConfigError(f"{SECTION}.extra_args: {refused[0]} {REFUSED_ARGS[refused[0]]}")

@@ -27,11 +27,11 @@ from hgpo_train.tracking import read_metrics
 
 ITERATIONS, SKIPPED = 5, 3
 LOGPROB_TOLERANCE = 0.02
-"""Largest mean |log p_vLLM - log p_DeepSpeed| per token with equal weights. Both hold bf16 weights
-but compute with different kernels (vLLM's oneDNN GEMMs and paged attention, torch's SDPA with
-fp32 logits); measured here 0.003-0.006 nats over 8 samples of 4-8 tokens. One skipped update at
-lr 1e-3 leaves a gap of 0.04-0.26 nats (runs do not repeat to the digit: the engine's sampling
-depends on its batching, so the skipped update's size varies)."""
+"""Largest mean |log p_vLLM - log p_DeepSpeed| per token with equal weights. In bf16 both sides
+compute with different kernels (vLLM's oneDNN GEMMs and paged attention, torch's SDPA with fp32
+logits): 0.003-0.006 nats over 8 samples of 4-8 tokens; the CPU config's fp32 gives about 1e-6.
+One skipped update at lr 1e-3 leaves a gap of 0.04-0.26 nats (runs do not repeat to the digit:
+the engine's sampling depends on its batching, so the skipped update's size varies)."""
 
 
 @pytest.fixture(scope="module")

@@ -237,8 +237,8 @@ def test_ray_job_submit_trains_with_two_ranks_and_two_engines_on_two_nodes(
     actor_dir = run / "checkpoints" / "openrlhf" / "_actor"
     step = actor_dir / (actor_dir / "latest").read_text().strip()
     assert sorted(p.name for p in step.glob("*optim_states.pt")) == [
-        "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt",
-        "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt",
+        "zero_pp_rank_0_mp_rank_00_optim_states.pt",  # fp32 (the CPU config): no bf16_ prefix
+        "zero_pp_rank_1_mp_rank_00_optim_states.pt",
     ]
     for line in (f"iteration 1/{ITERATIONS}, success ", f"iteration 2/{ITERATIONS}, success "):
         assert logs.count(line) == 1, (line, logs[-3000:])  # progress appears once, not once per node
@@ -289,8 +289,6 @@ def test_a_one_rank_driver_resumes_the_two_rank_checkpoint(
     # the resumed policy is the trained one, not the base model: it starts further from the reference
     assert metrics[stopped]["update/kl"] > before[1]["update/kl"]
     step = actor_dir / f"global_step{ITERATIONS}"
-    assert [p.name for p in step.glob("*optim_states.pt")] == [
-        "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt"
-    ]
+    assert [p.name for p in step.glob("*optim_states.pt")] == ["zero_pp_rank_0_mp_rank_00_optim_states.pt"]
     info = [json.loads(line) for line in (run / RUN_INFO).read_text().splitlines()]
     assert [i["policy_ranks"] for i in info] == [2, 1]
