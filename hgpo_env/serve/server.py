@@ -333,9 +333,9 @@ def build_app(
 ) -> Any:
     """The FastAPI app of OpenEnv's ``create_app`` serving ``env_id``; the env is made once here,
     so a bad id or argument fails at start-up rather than in the first session (and its splits
-    are known before any client asks). ``threads`` runs
-    each session's steps in OpenEnv's executor threads (:class:`InlineHGPOEnvironment` says when);
-    ``token`` makes every request and upgrade carry it (:class:`~hgpo_env.serve.auth.BearerAuth`);
+    are known before any client asks). ``threads`` runs each session's steps in OpenEnv's executor
+    threads (:class:`InlineHGPOEnvironment` says when); ``token`` makes every request and upgrade
+    carry it (:class:`~hgpo_env.serve.auth.BearerAuth`);
     ``allow`` names the env arguments clients may set (``KEY`` or ``KEY=LOW..HIGH``);
     ``allow_origins`` the browser origins whose WebSocket upgrades are accepted (none by default:
     :mod:`~hgpo_env.serve.guards`, which also caps every HTTP body).
@@ -399,9 +399,9 @@ def serve(
 ) -> None:
     """Serve until SIGINT or SIGTERM, which stop taking sessions, close the open ones and exit
     within ``shutdown_grace`` seconds whatever the clients do (sessions still busy then are
-    cancelled); print one line with the URL once sessions are accepted, and one on the signal. A ``host`` other machines can reach needs
-    a ``token``, or ``insecure``; ``ssl_certfile`` (and ``ssl_keyfile``) serve ``https``/``wss``,
-    so the token does not cross the network in clear text.
+    cancelled); print one line with the URL once sessions are accepted, and one on the signal.
+    A ``host`` other machines can reach needs a ``token``, or ``insecure``; ``ssl_certfile`` (and
+    ``ssl_keyfile``) serve ``https``/``wss``, so the token does not cross the network in clear text.
 
     WebSocket frames are capped at :data:`MAX_FRAME_BYTES` and never compressed: with
     permessage-deflate, 15 KB on the wire inflated to 15 MB and held every session for seconds.
