@@ -3,7 +3,9 @@
     python -m hgpo_train.compare results/*.json [--baseline grpo] [--markdown]
 
 Each file is the output of ``python -m hgpo_train.eval --output`` for one trained run. Runs are
-grouped by method (the run's ``advantage.estimator``); per method the table gives the success rate
+grouped by method: the run's ``advantage.estimator``, and where runs of one estimator differ in
+its settings or K, those settings too (``hgpo (history_length=2)`` and ``hgpo
+(history_length=4)`` are two rows). Per method the table gives the success rate
 (pass@1), the score and the success per task type as mean ± sd over its runs. Methods whose runs
 share training seeds with the baseline's also get the paired difference (per seed, method minus
 baseline) with a 95 % percentile-bootstrap interval. Results made on different panels (other
@@ -17,7 +19,7 @@ import json
 import sys
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +43,8 @@ def bootstrap_interval(values: Sequence[float], seed: int = 0) -> tuple[float, f
 
 @dataclass(frozen=True)
 class RunResult:
-    """One trained run's evaluation."""
+    """One trained run's evaluation; ``method_settings``: K and the estimator's settings (none in
+    files written before they were recorded)."""
 
     path: Path
     method: str
@@ -49,6 +52,7 @@ class RunResult:
     metrics: dict[str, float]
     panel: str
     settings: dict[str, Any]
+    method_settings: dict[str, Any] = field(default_factory=dict)
 
 
 def load_result(path: Path) -> RunResult:
@@ -62,6 +66,7 @@ def load_result(path: Path) -> RunResult:
             data["metrics"],
             data["panel"]["sha256"],
             data["settings"],
+            dict(run.get("method_settings", {})),
         )
     except (OSError, ValueError, KeyError, TypeError) as error:
         raise CompareError(
@@ -69,8 +74,23 @@ def load_result(path: Path) -> RunResult:
         ) from None
 
 
-def check_comparable(results: Sequence[RunResult]) -> None:
-    """One panel and one set of sampling settings for all, and one result per (method, seed)."""
+def labels(results: Sequence[RunResult]) -> list[str]:
+    """Each result's row: its method, with the settings in which that method's runs differ."""
+    varying: dict[str, list[str]] = {}
+    for method in {r.method for r in results}:
+        runs = [r.method_settings for r in results if r.method == method]
+        keys = sorted({key for settings in runs for key in settings})
+        varying[method] = [k for k in keys if len({json.dumps(s.get(k)) for s in runs}) > 1]
+    return [
+        r.method
+        if not varying[r.method]
+        else f"{r.method} ({', '.join(f'{k}={r.method_settings.get(k)}' for k in varying[r.method])})"
+        for r in results
+    ]
+
+
+def check_comparable(results: Sequence[RunResult], rows: Sequence[str]) -> None:
+    """One panel and one set of sampling settings for all, and one result per (row, seed)."""
     first = results[0]
     for result in results[1:]:
         if result.panel != first.panel:
@@ -84,25 +104,32 @@ def check_comparable(results: Sequence[RunResult]) -> None:
                 f"{result.settings} vs {first.settings}"
             )
     seen: dict[tuple[str, int], Path] = {}
-    for result in results:
-        key = (result.method, result.seed)
+    for result, row in zip(results, rows):
+        key = (row, result.seed)
         if key in seen:
-            raise CompareError(f"{seen[key]} and {result.path} are both {result.method} seed {result.seed}")
+            raise CompareError(f"{seen[key]} and {result.path} are both {row} seed {result.seed}")
         seen[key] = result.path
 
 
 def comparison_table(results: Sequence[RunResult], baseline: str | None = None) -> dict[str, Any]:
-    """Per method: runs, mean and sd of every metric over runs, and the paired difference of the
-    success rate against ``baseline`` (default: the first method) over shared seeds."""
+    """Per method (row): runs, mean and sd of every metric over runs, and the paired difference of
+    the success rate against ``baseline`` (a row, or a method with one row; default: the first)
+    over shared seeds."""
     if not results:
         raise CompareError("no results to compare")
-    check_comparable(results)
+    rows = labels(results)
+    check_comparable(results, rows)
     by_method: dict[str, dict[int, dict[str, float]]] = defaultdict(dict)
-    for result in results:
-        by_method[result.method][result.seed] = result.metrics
+    for result, row in zip(results, rows):
+        by_method[row][result.seed] = result.metrics
     baseline = baseline or next(iter(by_method))
     if baseline not in by_method:
-        raise CompareError(f"baseline {baseline!r} has no results; methods: {sorted(by_method)}")
+        named = sorted({row for result, row in zip(results, rows) if result.method == baseline})
+        if not named:
+            raise CompareError(f"baseline {baseline!r} has no results; methods: {sorted(by_method)}")
+        if len(named) > 1:
+            raise CompareError(f"baseline {baseline!r} is {len(named)} rows: name one of {named}")
+        baseline = named[0]
     table: dict[str, Any] = {"panel": results[0].panel, "baseline": baseline, "methods": {}}
     for method, runs in by_method.items():
         names = sorted(set.intersection(*(set(m) for m in runs.values())))
@@ -161,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("results", nargs="+", type=Path, help="results files of python -m hgpo_train.eval")
     parser.add_argument(
-        "--baseline", help="the method paired differences are taken against (default: the first)"
+        "--baseline",
+        help="the method (or row) paired differences are taken against (default: the first)",
     )
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown, not JSON")
     args = parser.parse_args(argv)

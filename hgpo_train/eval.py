@@ -121,9 +121,14 @@ RESULTS = "evals"
 
 
 def results_json(config: Config, result: EvalResult, checkpoint: str) -> dict[str, Any]:
-    """What a results file holds: the result, the run (method, training seed) and the provenance."""
+    """What a results file holds: the result, the run (method, its settings, training seed) and
+    the provenance. The settings are K (what the prompt shows) and the estimator's: runs of one
+    method that differ in them are different rows of :mod:`hgpo_train.compare`'s table."""
+    settings = {"history_length": config.env.history_length, **asdict(config.advantage)}
+    settings.pop("estimator")
     run = {
         "method": config.advantage.estimator,
+        "method_settings": settings,
         "train_seed": config.train.seed,
         "folder": config.train.output_dir,
     }

@@ -12,15 +12,18 @@ from hgpo_train.compare import bootstrap_interval, main
 SETTINGS = {"seeds": [123, 456, 789], "temperature": 0.4, "passes": 4, "constrained": False}
 
 
-def write(tmp_path, method, seed, success, panel="a" * 64, settings=SETTINGS, **types):
-    path = tmp_path / f"{method}_{seed}.json"
+def write(tmp_path, method, seed, success, panel="a" * 64, settings=SETTINGS, method_settings=None, **types):
+    path = tmp_path / f"{method}_{seed}_k{(method_settings or {}).get('history_length', '')}.json"
     metrics = {
         "success_rate": success,
         "score": success / 2,
         "pass@2": min(1.0, 1.5 * success),
         **{f"success_rate/{t}": v for t, v in types.items()},
     }
-    result = {"run": {"method": method, "train_seed": seed}, "metrics": metrics, "panel": {"sha256": panel}}
+    run = {"method": method, "train_seed": seed}
+    if method_settings is not None:  # files of older runs have none
+        run["method_settings"] = method_settings
+    result = {"run": run, "metrics": metrics, "panel": {"sha256": panel}}
     path.write_text(json.dumps({**result, "settings": settings}))
     return str(path)
 
@@ -70,3 +73,30 @@ def test_a_file_that_is_not_a_result_is_one_line(tmp_path, capsys):
     assert main([str(bad)]) == 2
     err = capsys.readouterr().err
     assert "not an evaluation result" in err and len(err.strip().splitlines()) == 1
+
+
+def test_runs_of_one_method_with_other_settings_are_rows_of_their_own(tmp_path, capsys):
+    """HGPO at K = 2 and K = 4 (same seeds) used to be refused as duplicates."""
+    shared = {"gamma": 0.95, "mode": "mean_std_norm"}
+    files = [
+        write(tmp_path, "grpo", s, 0.5, method_settings={"history_length": 2, **shared}) for s in range(3)
+    ]
+    for k, success in ((2, 0.6), (4, 0.7)):
+        files += [
+            write(tmp_path, "hgpo", s, success + 0.01 * s, method_settings={"history_length": k, **shared})
+            for s in range(3)
+        ]
+    assert main([*files, "--baseline", "grpo"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    assert list(table["methods"]) == ["grpo", "hgpo (history_length=2)", "hgpo (history_length=4)"]
+    for k, success in ((2, 0.6), (4, 0.7)):
+        row = table["methods"][f"hgpo (history_length={k})"]
+        assert row["runs"] == 3 and row["paired_difference"]["mean"] == pytest.approx(success + 0.01 - 0.5)
+    assert main([*files, "--baseline", "hgpo"]) == 2  # two rows: which one?
+    assert "is 2 rows: name one of" in capsys.readouterr().err
+    assert main([*files, "--baseline", "hgpo (history_length=4)"]) == 0
+    assert json.loads(capsys.readouterr().out)["baseline"] == "hgpo (history_length=4)"
+    (tmp_path / "again").mkdir()
+    twice = write(tmp_path / "again", "hgpo", 0, 0.1, method_settings={"history_length": 4, **shared})
+    assert main([*files, twice]) == 2  # the same row and seed twice is still refused
+    assert "are both hgpo (history_length=4) seed 0" in capsys.readouterr().err
