@@ -358,6 +358,7 @@ def launch_run(
     from hgpo_train.provenance import record_start
     from hgpo_train.stopping import STOPPED_EXIT, StopRequested, stopped_line
 
+    given = config.to_dict()  # what provenance hashes: the config as given, before paths are absolute
     # every path the actors get is absolute: they start in other folders
     run_dir = Path(config.train.output_dir).resolve()
     config.train.output_dir = str(run_dir)
@@ -371,7 +372,7 @@ def launch_run(
     check_cluster(config, cluster)
     record_start(
         run_dir,
-        config.to_dict(),
+        given,
         backend="openrlhf",
         policy_ranks=cluster.dp_size,
         nodes=[

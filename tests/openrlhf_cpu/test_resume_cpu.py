@@ -11,6 +11,7 @@ iterations, and ``metrics.jsonl`` has each iteration once.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -25,6 +26,7 @@ import psutil
 import yaml
 from conftest import CPU_CONFIG, REPO
 
+from hgpo_train.provenance import RUN_INFO, config_hash
 from hgpo_train.tracking import read_metrics
 
 ITERATIONS = yaml.safe_load(CPU_CONFIG.read_text())["train"]["iterations"]
@@ -95,6 +97,11 @@ def test_readme_command_killed_and_run_again_resumes(ray_tmp: str, tmp_path: Pat
     logged = [r["iteration"] for r in read_metrics(out / "metrics.jsonl") if r["iteration"] > 0]
     assert logged == list(range(1, ITERATIONS + 1)), logged  # no gap, no duplicate
     assert (out / "final_model" / "config.json").is_file()
+    # provenance hashes the config as given (a relative run folder), as config.yaml holds it
+    info = [json.loads(line) for line in (out / RUN_INFO).read_text().splitlines()]
+    assert {i["config_sha256"] for i in info} == {
+        config_hash(yaml.safe_load((out / "config.yaml").read_text()))
+    }
 
 
 @dataclass
