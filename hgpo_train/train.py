@@ -18,6 +18,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+import transformers
 
 from hgpo_env.vector import GroupedEnvPool, GroupMismatchError, PoolError
 from hgpo_train.batch import StepBatch
@@ -95,6 +96,9 @@ class Trainer:
         self.evaluator: Evaluator | None = None
         self.logger: MetricsLogger | None = None
         self.checkpoints = BackgroundSave()
+        # every iteration is saved: transformers' bar per save ("Writing model shards") would print
+        # a line each iteration under the run's own progress bar
+        transformers.utils.logging.disable_progress_bar()
         self.status: Callable[[str], None] = _quiet
         """Shows what the current iteration is doing (the progress bar's description while training)."""
         self.resumed_from: Path | None = None
