@@ -50,13 +50,13 @@ from hgpo_train.openrlhf.samples import step_experiences
 from hgpo_train.rollout import collect_rollouts, count_tasks, make_pool, progress_lines
 from hgpo_train.stopping import RolloutStopped, StopRequested, stop_requested
 from hgpo_train.tracking import MetricsLogger
+from hgpo_train.train import draw_group_tasks, iteration_seed
 
 # OpenRLHF ships its samples to the model actors zero-copy (RAY_ENABLE_ZERO_COPY_TORCH_TENSORS, its
 # own ray.init setting, on GPUs too), and Ray warns once per process that a tensor written after
 # shipping could be corrupted: a risk of OpenRLHF's design, not of this run, and the warning
 # reached every run's console.
 warnings.filterwarnings("ignore", message="Zero-copy tensor serialization is enabled")
-from hgpo_train.train import draw_group_tasks, iteration_seed
 
 
 def status_metrics(status: dict[str, Any]) -> dict[str, float]:
