@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from hgpo_train.advantage import AdvantageConfig, StepCredit, step_credit
+from hgpo_train.advantage import AdvantageConfig, Rows, StepCredit, credit_rows
 from hgpo_train.constrained import Choices
 
 
@@ -121,12 +121,24 @@ class StepBatch:
     def __len__(self) -> int:
         return len(self.group_id)
 
+    @property
+    def rows(self) -> Rows:
+        """The columns every estimator reads, checked."""
+        return Rows.from_columns(
+            self.reward,
+            self.traj_id,
+            self.group_id,
+            self.fingerprints,
+            self.invalid,
+            self.next_state,
+            self.action_key,
+            self.outcome == "won",
+        )
+
     def credit(self, config: AdvantageConfig) -> StepCredit:
         """The step credit (advantages, and the values they were made from) of these rows under
         ``config``: the one path from a batch to advantages, for every trainer."""
-        return step_credit(
-            self.reward, self.traj_id, self.group_id, self.fingerprints, self.invalid, config, self.next_state
-        )
+        return credit_rows(self.rows, config)
 
     @property
     def response_lengths(self) -> np.ndarray:

@@ -37,7 +37,7 @@ from pydantic import (
 
 from hgpo_env.arguments import read_value, read_yaml
 from hgpo_env.memory import DEFAULT_HISTORY_LENGTH
-from hgpo_train.advantage import AdvantageConfig
+from hgpo_train.advantage import AdvantageConfig, CRBCSettings
 
 ENV_IDS = {"rooms": "HGPO-Rooms-v0", "alfworld": "HGPO-ALFWorld-v0", "webshop": "HGPO-WebShop-v0"}
 BACKEND_SECTION = "openrlhf"
@@ -63,8 +63,9 @@ class Section(BaseModel):
 
 
 AdvantageConfig.__pydantic_config__ = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-"""The estimator's settings stay a plain dataclass (``hgpo_train.advantage`` needs only numpy);
-pydantic validates it in place, with the same rules."""
+CRBCSettings.__pydantic_config__ = AdvantageConfig.__pydantic_config__
+"""The estimator's settings stay plain dataclasses (``hgpo_train.advantage`` needs no pydantic);
+pydantic validates them in place, with the same rules."""
 
 
 class ModelConfig(Section):

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from hgpo_train.advantage import (
+    AdvantageConfig,
     Mode,
     StepCredit,
     as_fingerprints,
@@ -21,6 +22,10 @@ from hgpo_train.advantage import (
     level_clusters,
     pair_codes,
 )
+from hgpo_train.advantage.crbc import evidence
+
+if TYPE_CHECKING:
+    from hgpo_train.batch import StepBatch
 
 SIZE_BINS: tuple[str, ...] = ("1", "2", "3-4", "5-8", "9-16", "17+")
 """Cluster-size histogram bins (powers of two)."""
@@ -103,9 +108,10 @@ def grouping_diagnostics(
     return {name: float(value) for name, value in metrics.items()}
 
 
-def credit_metrics(group_ids: Any, fingerprints: Any, credit: StepCredit, mode: Mode) -> dict[str, float]:
-    """What both trainers log of an update's step credit: the advantages' spread and the
-    grouping of the values the estimator credited (:func:`grouping_diagnostics`)."""
+def credit_metrics(batch: StepBatch, credit: StepCredit, config: AdvantageConfig) -> dict[str, float]:
+    """What both trainers log of an update's step credit: the advantages' spread, the grouping
+    of the values the estimator credited (:func:`grouping_diagnostics`) and, for CRBC, what its
+    closure saw (:func:`hgpo_train.advantage.crbc.evidence`)."""
     advantages = credit.advantages
     if not len(advantages):
         return {}
@@ -113,7 +119,8 @@ def credit_metrics(group_ids: Any, fingerprints: Any, credit: StepCredit, mode: 
         "advantage/mean": float(advantages.mean()),
         "advantage/std": float(advantages.std()),
         "advantage/zero_frac": float((np.abs(advantages) <= 1e-6).mean()),
-        **grouping_diagnostics(group_ids, fingerprints, credit.returns, mode),
+        **grouping_diagnostics(batch.group_id, batch.fingerprints, credit.returns, config.mode),
+        **(evidence(batch.rows, config) if config.estimator == "crbc" else {}),
     }
 
 

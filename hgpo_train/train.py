@@ -205,7 +205,7 @@ class Trainer:
         tokens = int(batch.prompt_lengths.sum() + batch.response_lengths.sum())
         metrics = {
             **batch.metrics(),
-            **credit_metrics(batch.group_id, batch.fingerprints, credit, self.config.advantage.mode),
+            **credit_metrics(batch, credit, self.config.advantage),
             **update_metrics,
             "time/rollout_s": rollout_s,
             "time/env_s": timing["env_s"],

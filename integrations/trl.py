@@ -9,7 +9,7 @@ Two levels (see docs/integrations/index.md):
   task (:func:`task_dataset`), so the completions of one prompt play the same task.
 - **Step level**: :class:`HGPOTrainer` is a ``GRPOTrainer`` whose samples are the steps of
   episodes: every step is its own (K-step prompt, response) sample and the fingerprints decide
-  the groups (GRPO, GiGPO or HGPO, :mod:`hgpo_train.advantage`). TRL computes advantages as one
+  the groups (GRPO, GiGPO, HGPO or any other of :mod:`hgpo_train.advantage`). TRL computes advantages as one
   group per prompt inside ``_generate_and_score_completions`` and has no estimator registry, so
   the subclass replaces that method; generation, the loss, the optimizer, logging and
   checkpoints stay TRL's.
@@ -152,7 +152,7 @@ def environment_reward(prompts: Any, completions: Any, **kwargs: Any) -> list[fl
 
 
 class HGPOTrainer(GRPOTrainer):
-    """``GRPOTrainer`` on the steps of HGPO-* episodes, with GRPO, GiGPO or HGPO step advantages.
+    """``GRPOTrainer`` on the steps of HGPO-* episodes, with step advantages of any estimator here.
 
     Each generation batch's rows (``num_generations`` copies of a task row, see
     :func:`task_dataset`) become one task group of envs in a :class:`GroupedEnvPool`; the model
@@ -288,6 +288,8 @@ class HGPOTrainer(GRPOTrainer):
             merged["invalid"],
             self.advantage,
             next_states=merged["next_state"],
+            action_keys=merged["action_key"],
+            won=merged["outcome"] == "won",
         )
         start = sum(len(c["reward"]) for c in every[: self.accelerator.process_index])
         return advantages[start : start + len(columns["reward"])], advantages

@@ -1,14 +1,16 @@
-"""Step-level HGPO, GiGPO, GraphGPO and G2PO as verl advantage estimators (verl 0.9; verl-agent through :func:`step_advantages`).
+"""Step-level HGPO, GiGPO, GraphGPO, G2PO and CRBC as verl advantage estimators (verl 0.9; verl-agent through :func:`step_advantages`).
 
 verl's ``compute_advantage`` gives a registered estimator ``token_level_rewards``,
 ``response_mask``, ``config`` and ``index`` (``non_tensor_batch["uid"]``) only, so the per-step
 data the estimators need rides in ``uid``: :func:`attach_step_keys` replaces each uid with a
 :class:`StepKey`, a ``str`` equal to the original uid (so everything in verl that groups by uid
 is unchanged) that also carries the step's episode id, position, env reward, invalid flag and
-fingerprints (and, where the batch has them, its next state's). It reads them from the batch's
-``non_tensor_batch`` under verl-agent's names, which :class:`integrations.verl_agent.PoolEnvironmentManager`
-fills; ``next_obs`` is where GraphGPO's rollout loop stores the anchor each step returned, and
-graph returns (``graphgpo``, or ``step_return="graph"``) need it.
+fingerprints (and, where the batch has them, its next state's, its action key and the env's
+``won``). It reads them from the batch's ``non_tensor_batch`` under verl-agent's names, which
+:class:`integrations.verl_agent.PoolEnvironmentManager` fills; ``next_obs`` is where GraphGPO's
+rollout loop stores the anchor each step returned, and graph returns (``graphgpo``, or
+``step_return="graph"``) need it; ``crbc`` needs ``action_key`` and ``won`` (the step's
+``info["action_key"]`` and ``info["won"]``, which a rollout loop copies from the env's infos).
 
 The step reward comes from the key, not from ``token_level_rewards``: verl-agent's episode reward
 manager writes the episode's total on every step sample. The estimators' settings come from the
@@ -50,7 +52,9 @@ STEP_FIELDS = {
 """Where :func:`attach_step_keys` reads each step's data in ``non_tensor_batch`` (verl-agent's names)."""
 NEXT_STATE_FIELD = "next_obs"
 """Where it reads each step's next anchor, when the batch has it (GraphGPO's rollout loop)."""
-ESTIMATOR_NAMES = ("hgpo", "gigpo", "graphgpo", "g2po")
+CRBC_FIELDS = {"action_key": "action_key", "won": "won"}
+"""Where it reads each step's action key and the env's ``won``, when the batch has them (CRBC)."""
+ESTIMATOR_NAMES = ("hgpo", "gigpo", "graphgpo", "g2po", "crbc")
 
 
 class StepKey(str):
@@ -63,6 +67,10 @@ class StepKey(str):
     fingerprints: tuple[int, ...]
     next_state: int | None
     """Level-0 key of the state the step led to (None where the batch has no next anchors)."""
+    action_key: int | None
+    """The key of the command the step executed (None where the batch has no action keys)."""
+    won: bool | None
+    """The env's ``won`` after the step (None where the batch does not say)."""
 
     def __new__(
         cls,
@@ -73,15 +81,22 @@ class StepKey(str):
         invalid: bool,
         fingerprints: Sequence[int],
         next_state: int | None = None,
+        action_key: int | None = None,
+        won: bool | None = None,
     ) -> Self:
         key = super().__new__(cls, group)
         key.episode, key.step, key.reward, key.invalid = str(episode), int(step), float(reward), bool(invalid)
         key.fingerprints = tuple(int(f) for f in fingerprints)
         key.next_state = None if next_state is None else int(next_state)
+        key.action_key = None if action_key is None else int(action_key)
+        key.won = None if won is None else bool(won)
         return key
 
     def __reduce__(self) -> tuple[Any, ...]:  # batches travel between Ray workers
-        fields = (self.episode, self.step, self.reward, self.invalid, self.fingerprints, self.next_state)
+        fields = (
+            self.episode, self.step, self.reward, self.invalid, self.fingerprints, self.next_state, self.action_key,
+            self.won,
+        )  # fmt: skip
         return (StepKey, (str(self), *fields))
 
 
@@ -90,29 +105,36 @@ def attach_step_keys(data: Any, fields: dict[str, str] | None = None) -> Any:
 
     Call it on the rollout's batch before ``compute_advantage`` (and before anything reorders
     the samples: a step's position in its episode is its order in the batch at this point).
-    ``fields`` overrides :data:`STEP_FIELDS`, and its ``"next_state"`` :data:`NEXT_STATE_FIELD`:
-    each step's next anchor, a fingerprint tuple (its level 0 is kept) or a key.
+    ``fields`` overrides :data:`STEP_FIELDS`, its ``"next_state"`` :data:`NEXT_STATE_FIELD` (each
+    step's next anchor, a fingerprint tuple (its level 0 is kept) or a key) and its
+    ``"action_key"`` and ``"won"`` :data:`CRBC_FIELDS`; these three are optional.
     """
-    fields = {**STEP_FIELDS, "next_state": NEXT_STATE_FIELD, **(fields or {})}
+    fields = {**STEP_FIELDS, "next_state": NEXT_STATE_FIELD, **CRBC_FIELDS, **(fields or {})}
     batch = data.non_tensor_batch
     missing = sorted(name for name in ["uid", *(fields[f] for f in STEP_FIELDS)] if name not in batch)
     if missing:
         raise ValueError(f"the batch lacks {missing} in non_tensor_batch; present: {sorted(batch)}")
     n = len(batch["uid"])
-    next_states = (
-        [_level0(a) for a in batch[fields["next_state"]]] if fields["next_state"] in batch else [None] * n
-    )
+    next_states = _optional(batch, fields["next_state"], n, _level0)
+    action_keys = _optional(batch, fields["action_key"], n, int)
+    won = _optional(batch, fields["won"], n, bool)
     seen: dict[str, int] = defaultdict(int)
     keys = np.empty(n, dtype=object)
     for i, (group, episode, fingerprints, valid, reward) in enumerate(
         zip(batch["uid"], *(batch[fields[name]] for name in ("episode", "fingerprints", "valid", "reward")))
     ):
         keys[i] = StepKey(
-            str(group), episode, seen[str(episode)], reward, not valid, fingerprints, next_states[i]
-        )
+            str(group), episode, seen[str(episode)], reward, not valid, fingerprints, next_states[i], action_keys[i],
+            won[i],
+        )  # fmt: skip
         seen[str(episode)] += 1
     batch["uid"] = keys
     return data
+
+
+def _optional(batch: dict[str, Any], name: str, n: int, convert: Callable[[Any], Any]) -> list[Any]:
+    """The column ``name`` converted, or None per row where the batch lacks it."""
+    return [convert(value) for value in batch[name]] if name in batch else [None] * n
 
 
 def _level0(anchor: Any) -> int:
@@ -122,10 +144,11 @@ def _level0(anchor: Any) -> int:
 def _columns(index: Any) -> dict[str, np.ndarray | None]:
     if index is None or not all(isinstance(key, StepKey) for key in index):
         raise ValueError(
-            "the hgpo/gigpo/graphgpo/g2po estimators need the steps' keys in non_tensor_batch['uid']: "
+            "the hgpo/gigpo/graphgpo/g2po/crbc estimators need the steps' keys in non_tensor_batch['uid']: "
             "call integrations.verl.attach_step_keys(batch) before compute_advantage"
         )
     has_next = all(k.next_state is not None for k in index)
+    has_crbc = all(k.action_key is not None and k.won is not None for k in index)
     return {
         "group": np.array([str(k) for k in index], dtype=object),
         "episode": np.array([k.episode for k in index], dtype=object),
@@ -134,6 +157,8 @@ def _columns(index: Any) -> dict[str, np.ndarray | None]:
         "invalid": np.array([k.invalid for k in index], dtype=bool),
         "fingerprints": np.array([k.fingerprints for k in index], dtype=np.uint64),
         "next_state": np.array([k.next_state for k in index], dtype=np.uint64) if has_next else None,
+        "action_key": np.array([k.action_key for k in index], dtype=np.uint64) if has_crbc else None,
+        "won": np.array([k.won for k in index], dtype=bool) if has_crbc else None,
     }
 
 
@@ -153,7 +178,15 @@ def make_estimator(advantage: AdvantageConfig) -> Callable[..., tuple[Any, Any]]
                 f"graph returns need each step's next anchor in non_tensor_batch[{NEXT_STATE_FIELD!r}] "
                 "(GraphGPO's rollout loop stores it) before attach_step_keys"
             )
+        if advantage.estimator == "crbc" and c["action_key"] is None:
+            raise ValueError(
+                f"crbc needs each step's action key and won in non_tensor_batch{list(CRBC_FIELDS.values())} "
+                "(the env's info['action_key'] and info['won']) before attach_step_keys"
+            )
         order = np.argsort(c["step"], kind="stable")  # each episode's rows in chronological order
+        optional = {
+            name: None if c[name] is None else c[name][order] for name in ("next_state", "action_key", "won")
+        }
         sorted_advantages = compute_advantages(
             c["reward"][order],
             c["episode"][order],
@@ -161,7 +194,9 @@ def make_estimator(advantage: AdvantageConfig) -> Callable[..., tuple[Any, Any]]
             c["fingerprints"][order],
             c["invalid"][order],
             advantage,
-            next_states=None if c["next_state"] is None else c["next_state"][order],
+            next_states=optional["next_state"],
+            action_keys=optional["action_key"],
+            won=optional["won"],
         )
         per_sample = np.empty(len(order))
         per_sample[order] = sorted_advantages
@@ -178,9 +213,10 @@ def make_estimator(advantage: AdvantageConfig) -> Callable[..., tuple[Any, Any]]
 def register_estimators(
     advantage: AdvantageConfig | None = None, names: Sequence[str] = ESTIMATOR_NAMES
 ) -> None:
-    """Register step-level ``hgpo``, ``gigpo``, ``graphgpo`` and ``g2po`` with verl
+    """Register step-level ``hgpo``, ``gigpo``, ``graphgpo``, ``g2po`` and ``crbc`` with verl
     (``algorithm.adv_estimator=hgpo``), with ``advantage``'s settings (default: the paper's ALFWorld
-    ones; ``step_return`` applies to the first three, and is dropped for ``g2po``); calling it
+    ones; ``step_return`` applies to the first three and is dropped for the others, and ``crbc``
+    weighs its step credit by ``advantage.crbc.step_weight``, not ``step_weight``); calling it
     again replaces them."""
     base = advantage or AdvantageConfig()
     for name in names:
@@ -190,10 +226,9 @@ def register_estimators(
         if previous is not None and not getattr(previous, "hgpo_estimator", False):
             raise ValueError(f"verl already has an estimator named {name!r} that is not this project's")
         ADV_ESTIMATOR_REGISTRY.pop(name, None)
-        step_return = None if name == "g2po" else base.step_return
-        register_adv_est(name)(
-            make_estimator(dataclasses.replace(base, estimator=name, step_return=step_return))
-        )
+        own_credit = {"step_return": None, **({"step_weight": 1.0} if name == "crbc" else {})}
+        settings = own_credit if name in ("g2po", "crbc") else {}
+        register_adv_est(name)(make_estimator(dataclasses.replace(base, estimator=name, **settings)))
 
 
 def step_advantages(data: Any, advantage: AdvantageConfig) -> tuple[torch.Tensor, torch.Tensor]:

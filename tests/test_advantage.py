@@ -423,11 +423,11 @@ def test_equal_keys_in_different_groups_are_different_clusters():
         # in a group must notice and fall back to the exact sort
         ("_SPREAD", np.uint64(0)),
         # no bits left for the key: the packed sort is never tried
-        ("_PairSorter.MIN_KEY_BITS", 65),
+        ("PairSorter.MIN_KEY_BITS", 65),
     ],
 )
 def test_exact_without_the_packed_sort(monkeypatch, attribute, value):
-    monkeypatch.setattr(f"hgpo_train.advantage.{attribute}", value)
+    monkeypatch.setattr(f"hgpo_train.advantage.grouping.{attribute}", value)
     exact_sorts = []
     lexsort = np.lexsort
     monkeypatch.setattr(np, "lexsort", lambda keys: exact_sorts.append(1) or lexsort(keys))

@@ -115,7 +115,7 @@ def test_the_logged_grouping_describes_the_returns_the_update_used():
     config = AdvantageConfig(estimator="graphgpo", gamma=0.1, mode="mean_norm")
     credit = batch.credit(config)
     np.testing.assert_allclose(credit.returns, [1.0, 10.0, 0.01, 1.0])  # 10 * 0.1 ** distance
-    metrics = credit_metrics(batch.group_id, batch.fingerprints, credit, config.mode)
+    metrics = credit_metrics(batch, credit, config)
     assert metrics["grouping/level0/nonzero_share"] == pytest.approx(0.5)
     discounted = step_returns(batch.reward, batch.traj_id, 0.1, batch.invalid)
     assert grouping_diagnostics(batch.group_id, batch.fingerprints, discounted, config.mode)[

@@ -275,7 +275,7 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         tokens = int(batch.prompt_lengths.sum() + batch.response_lengths.sum())
         return {
             **batch.metrics(),
-            **credit_metrics(batch.group_id, batch.fingerprints, table.credit, self.config.advantage.mode),
+            **credit_metrics(batch, table.credit, self.config.advantage),
             **status_metrics(status),
             **gap,
             "rollout/padding_samples": float(table.padding.sum()),

@@ -9,6 +9,7 @@ import numpy as np
 
 from hgpo_train.advantage import (
     AdvantageConfig,
+    crbc_advantages,
     episode_scores,
     g2po_advantages,
     gigpo_advantages,
@@ -55,12 +56,16 @@ def reference_advantages(
     fingerprints: np.ndarray,
     config: AdvantageConfig,
     next_states: Sequence[int] | None = None,
+    action_keys: Sequence[int] | None = None,
+    won: Sequence[bool] | None = None,
 ) -> np.ndarray:
     """The configured estimator from its own function in hgpo_train.advantage, on raw step columns
     (rows of a rollout in chronological order), independently of the adapters' code paths."""
     scores = episode_scores(rewards, rollouts, invalid, config.invalid_penalty)
     if config.estimator == "grpo":
         return grpo_advantages(scores, groups, config.mode)
+    if config.estimator == "crbc":
+        return crbc_advantages(rewards, rollouts, groups, fingerprints, action_keys, won, invalid, config)
     if config.estimator == "g2po":
         return g2po_advantages(
             rewards, rollouts, groups, fingerprints, invalid, config.mode, config.gamma,

@@ -91,6 +91,8 @@ def episode_advantages(episodes, config: AdvantageConfig) -> np.ndarray:
         [s.invalid for _, s in rows],
         np.array([s.fingerprints for _, s in rows], dtype=np.uint64),
         config,
+        action_keys=[s.action_key for _, s in rows],
+        won=[e.won for e, _ in rows],
     )
 
 
@@ -105,7 +107,7 @@ def look_bias(tokenizer) -> dict:
     return {"sequence_bias": {look[:1]: 4.0, look + (tokenizer.eos_token_id,): 12.0}}
 
 
-@pytest.mark.parametrize("estimator", ["hgpo", "gigpo", "grpo"])
+@pytest.mark.parametrize("estimator", ["hgpo", "gigpo", "grpo", "crbc"])
 def test_step_level_advantages_reach_the_loss(tiny_model, tmp_path, estimator):
     tasks = [3, 8, 21, 40, 57, 60]
     advantage = AdvantageConfig(estimator=estimator, mode="mean_norm")

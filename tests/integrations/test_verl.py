@@ -51,13 +51,17 @@ def rollout() -> dict:
             actions = [rng.choice([*info["admissible_actions"], "fly away"]) for info in infos]
             next_obs, rewards, dones, infos = manager.step(actions)
             for i in np.flatnonzero(~done):
-                step = (obs["anchor"][i], next_obs["anchor"][i], infos[i]["is_action_valid"], rewards[i])
+                info = infos[i]
+                step = (obs["anchor"][i], next_obs["anchor"][i], info["is_action_valid"], rewards[i])
+                step += (info["action_key"], info["won"])
                 per_env[i].append((uids[i], trajs[i], *step))
             done, obs = dones, next_obs
     finally:
         manager.close()
     rows = [row for steps in per_env for row in steps]
-    uid, traj, anchor, next_anchor, valid, reward = (np.array(column, dtype=object) for column in zip(*rows))
+    uid, traj, anchor, next_anchor, valid, reward, action_key, won = (
+        np.array(column, dtype=object) for column in zip(*rows)
+    )
     return {
         "uid": uid,
         "traj_uid": traj,
@@ -65,6 +69,8 @@ def rollout() -> dict:
         "next_obs": next_anchor,  # where GraphGPO's rollout loop keeps the anchor each step returned
         "is_action_valid": valid,
         "rewards": reward,
+        "action_key": action_key,  # the env's info, which a rollout loop copies for CRBC
+        "won": won,
     }
 
 
@@ -98,12 +104,14 @@ def expected(rollout: dict, config: AdvantageConfig) -> np.ndarray:
         fingerprints,
         config,
         [a[0] for a in rollout["next_obs"]],
+        [int(k) for k in rollout["action_key"]],
+        [bool(w) for w in rollout["won"]],
     )
 
 
 @pytest.mark.parametrize(
     ("estimator", "step_return"),
-    [("hgpo", None), ("gigpo", None), ("graphgpo", None), ("hgpo", "graph"), ("g2po", None)],
+    [("hgpo", None), ("gigpo", None), ("graphgpo", None), ("hgpo", "graph"), ("g2po", None), ("crbc", None)],
 )
 @pytest.mark.parametrize("mode", ["mean_norm", "mean_std_norm"])
 def test_verls_compute_advantage_runs_the_registered_estimator(rollout, estimator, step_return, mode):
@@ -116,6 +124,9 @@ def test_verls_compute_advantage_runs_the_registered_estimator(rollout, estimato
 
     want = expected(rollout, config)[shuffle]
     assert np.abs(want).max() > 1e-3  # the comparison can fail
+    if estimator == "crbc":  # and CRBC's step credit from its episode term alone
+        episode_only = replace(config, crbc=replace(config.crbc, step_weight=0.0))
+        assert not np.allclose(want, expected(rollout, episode_only)[shuffle])
     if config.returns == "graph":  # and it tells graph returns from discounted ones
         assert not np.allclose(want, expected(rollout, replace(config, step_return="discounted"))[shuffle])
     mask = data.batch["response_mask"]
@@ -182,11 +193,14 @@ def test_step_keys_behave_as_the_uid_and_survive_pickling(rollout):
     assert list(keys) == list(rollout["uid"]) and len(set(keys)) == GROUPS
     restored = pickle.loads(pickle.dumps(data))
     key = restored.non_tensor_batch["uid"][5]
-    assert isinstance(key, StepKey) and (key.episode, key.step, key.fingerprints, key.next_state) == (
+    restored_fields = (key.episode, key.step, key.fingerprints, key.next_state, key.action_key, key.won)
+    assert isinstance(key, StepKey) and restored_fields == (
         keys[5].episode,
         keys[5].step,
         keys[5].fingerprints,
         rollout["next_obs"][5][0],
+        rollout["action_key"][5],
+        rollout["won"][5],
     )
     assert [k.step for k in keys[:3]] == [0, 1, 2]
 
@@ -204,6 +218,11 @@ def test_clear_errors(rollout, monkeypatch):
     register_estimators(AdvantageConfig(step_return="graph"), names=["hgpo"])
     with pytest.raises(ValueError, match="next_obs"):
         compute_advantage(attach_step_keys(data), "hgpo", config=AlgoConfig(adv_estimator="hgpo"))
+    data = batch(rollout)
+    del data.non_tensor_batch["action_key"]  # a stock verl-agent rollout: no action keys
+    register_estimators(names=["crbc"])
+    with pytest.raises(ValueError, match=r"crbc needs each step's action key and won .*'action_key', 'won'"):
+        compute_advantage(attach_step_keys(data), "crbc", config=AlgoConfig(adv_estimator="crbc"))
     monkeypatch.setitem(core_algos.ADV_ESTIMATOR_REGISTRY, "hgpo", len)  # someone else's "hgpo"
     with pytest.raises(ValueError, match="not this project's"):
         register_estimators(names=["hgpo"])

@@ -1,0 +1,266 @@
+"""CRBC, the Cross-Rollout Bellman Closure (arXiv 2609.35082, section 4; shared/CRBC_SPEC.md).
+
+Each task group's steps are an empirical Markov process over its anchors (level-0 state keys):
+N(s, a, x) counts the steps from anchor s by action a to successor x, the next step's anchor or
+a boundary, success (worth 1) or failure (0). The closure solves ``(I - beta M) V = b`` on it,
+``Q(s, a) = beta * E[V(x) | s, a]``, and a step's credit is ``Q - V`` at its anchor, scaled by the
+anchor's spread, where at least two actions were tried. The finite depths K apply the Bellman
+operator K times to the visit-averaged discounted success instead of solving.
+
+Two identities keep it a few array passes at batch scale. ``mu(a|s) P(x|s, a)`` is the share of
+the visits to s that went to x, so every expectation is a mean over visits (a ``bincount``).
+And anchors are per group, so the batch's system is block diagonal: one sparse LU solves every
+group's exactly at once (SuperLU orders the nearly acyclic blocks with little fill); no dense
+solve over a group's anchors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from hgpo_train.advantage.columns import as_fingerprints, float_column, real_setting
+from hgpo_train.advantage.grouping import next_rows, pair_codes, positions
+from hgpo_train.advantage.grpo import episode_advantages
+from hgpo_train.advantage.returns import episode_scores
+from hgpo_train.advantage.rows import Rows, StepCredit
+
+if TYPE_CHECKING:
+    from hgpo_train.advantage.config import AdvantageConfig
+
+CLOSURE = "inf"
+"""The depth that solves the closure (the paper's K = infinity)."""
+NONZERO = 1e-9
+"""A step credit above this in size counts as non-zero in the evidence figures."""
+
+
+@dataclass(frozen=True)
+class CRBCSettings:
+    """CRBC's own settings; defaults are appendix C.3's. Its trajectory term's weight (w_G) is
+    ``advantage.episode_weight`` and uses ``advantage.mode`` and ``advantage.invalid_penalty``."""
+
+    beta: float = 0.98
+    """Discount, in (0, 1): at 1 the closure can be singular (the paper's ablation: 0.95 and
+    0.99 train about as well, 1.0 worse)."""
+    depth: int | Literal["inf"] = CLOSURE
+    """K: ``inf`` solves the closure; K >= 0 applies the Bellman operator K times to the
+    visit-averaged discounted success (K = 0: visit-local averaging, like GiGPO)."""
+    step_weight: float = 5.0
+    """w_S, the weight of the step credit."""
+    sigma_min: float = 0.1
+    """Floor of the anchor's spread that divides its advantages."""
+
+    def __post_init__(self) -> None:
+        beta = real_setting(self.beta, "crbc.beta", 0.0, 1.0)
+        if beta in (0.0, 1.0):
+            raise ValueError(f"crbc.beta must be strictly between 0 and 1, got {self.beta!r}")
+        if self.depth != CLOSURE and not (type(self.depth) is int and self.depth >= 0):
+            raise ValueError(f"crbc.depth must be an integer >= 0 or 'inf', got {self.depth!r}")
+        real_setting(self.step_weight, "crbc.step_weight")
+        if real_setting(self.sigma_min, "crbc.sigma_min") <= 0:
+            raise ValueError(f"crbc.sigma_min must be > 0, got {self.sigma_min!r}")
+
+
+@dataclass(frozen=True)
+class _Process:
+    """One batch's empirical process: per row its anchor, (anchor, action) pair and successor;
+    successors ``anchors`` and ``anchors + 1`` are the success and failure boundaries."""
+
+    anchor: np.ndarray
+    pair: np.ndarray
+    successor: np.ndarray
+    anchors: int
+    visits: np.ndarray
+    """Visits per anchor, N(s)."""
+    success: np.ndarray
+    """Per row, its rollout succeeded."""
+
+    @property
+    def internal(self) -> np.ndarray:
+        return self.successor < self.anchors
+
+    def mean_over_visits(self, codes: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
+        """Per code, the mean of ``values`` over the rows with that code."""
+        return np.bincount(codes, weights=values, minlength=size) / np.bincount(codes, minlength=size)
+
+    def backup(self, values: np.ndarray) -> np.ndarray:
+        """Per row, V of its successor, from the anchors' ``values`` and the boundaries' 1 and 0."""
+        return np.concatenate([values, [1.0, 0.0]])[self.successor]
+
+    @cached_property
+    def eligible(self) -> np.ndarray:
+        """Per row, two or more distinct actions were taken from its anchor."""
+        pair_anchor = np.zeros(int(self.pair.max(initial=-1)) + 1, dtype=np.int64)
+        pair_anchor[self.pair] = self.anchor
+        return (np.bincount(pair_anchor, minlength=self.anchors) >= 2)[self.anchor]
+
+
+def _process(rows: Rows) -> _Process:
+    fingerprints = rows.state_keys("crbc")
+    if rows.action_keys is None:
+        raise ValueError("the crbc estimator needs each step's action key (action_keys, info['action_key'])")
+    if rows.won is None:
+        raise ValueError("the crbc estimator needs the env's won flag per step (won, info['won'])")
+    n = len(rows)
+    actions = as_fingerprints(rows.action_keys, n)[:, 0]
+    won = float_column(rows.won, "won", n)
+    if not np.isin(won, (0.0, 1.0)).all():
+        raise ValueError("won must hold only 0/1 (or booleans)")
+    anchor = pair_codes(rows.groups, fingerprints[:, 0])
+    anchors = int(anchor.max(initial=-1)) + 1
+    after = next_rows(rows.rollouts)
+    last = after < 0
+    succeeded = np.zeros(int(rows.rollouts.max(initial=-1)) + 1, dtype=bool)
+    succeeded[rows.rollouts[last]] = won[last] != 0
+    success = succeeded[rows.rollouts]
+    boundary = np.where(success, anchors, anchors + 1)
+    successor = np.where(last, boundary, anchor[np.maximum(after, 0)])
+    visits = np.bincount(anchor, minlength=anchors)
+    return _Process(anchor, pair_codes(anchor, actions), successor, anchors, visits, success)
+
+
+def _closure_values(process: _Process, beta: float) -> np.ndarray:
+    """V of every anchor from ``N(s) V(s) - beta * sum over visits of V(x) = beta * N(s, z+)``,
+    the closure multiplied through by N(s), in one sparse solve."""
+    from scipy.sparse import csc_matrix, diags
+    from scipy.sparse.linalg import spsolve
+
+    m = process.anchors
+    if m == 0:
+        return np.zeros(0)
+    internal = process.internal
+    coupling = csc_matrix(
+        (np.full(int(internal.sum()), -beta), (process.anchor[internal], process.successor[internal])),
+        shape=(m, m),
+    )
+    reached = np.bincount(process.anchor, weights=process.successor == m, minlength=m)
+    system = (coupling + diags(process.visits.astype(np.float64))).tocsc()
+    return np.atleast_1d(spsolve(system, beta * reached))
+
+
+def _values(rows: Rows, process: _Process, settings: CRBCSettings) -> tuple[np.ndarray, np.ndarray]:
+    """(Q of each (anchor, action) pair, V of each anchor) at the settings' depth."""
+    beta, m = settings.beta, process.anchors
+    pairs = int(process.pair.max(initial=-1)) + 1
+    if settings.depth == CLOSURE:
+        v = _closure_values(process, beta)
+        return beta * process.mean_over_visits(process.pair, process.backup(v), pairs), v
+    position, length = positions(rows.rollouts)
+    realised = np.where(process.success, beta ** (length - position).astype(np.float64), 0.0)
+    v = process.mean_over_visits(process.anchor, realised, m)
+    q = process.mean_over_visits(process.pair, realised, pairs)
+    for _ in range(int(settings.depth)):
+        backed = beta * process.backup(v)
+        q = process.mean_over_visits(process.pair, backed, pairs)
+        v = process.mean_over_visits(process.anchor, backed, m)
+    return q, v
+
+
+def _step_credit(
+    process: _Process, q: np.ndarray, v: np.ndarray, sigma_min: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row: the gated, scaled step credit A^S, its Q and its anchor's V."""
+    q_row, v_row = q[process.pair], v[process.anchor]
+    gap = q_row - v_row
+    spread = np.sqrt(process.mean_over_visits(process.anchor, gap * gap, process.anchors))
+    scaled = np.where(process.eligible, gap / np.maximum(spread[process.anchor], sigma_min), 0.0)
+    return scaled, q_row, v_row
+
+
+def crbc_advantages(
+    rewards: Any,
+    traj_ids: Any,
+    group_ids: Any,
+    states: Any,
+    action_keys: Any,
+    won: Any,
+    invalid: Any = None,
+    config: AdvantageConfig | None = None,
+) -> np.ndarray:
+    """CRBC's advantages, ``w_G * A^G + w_S * A^S``, from raw columns (see :func:`credit`);
+    ``config`` defaults to ``AdvantageConfig(estimator="crbc")``."""
+    from hgpo_train.advantage.config import AdvantageConfig
+
+    rows = Rows.from_columns(rewards, traj_ids, group_ids, states, invalid, action_keys=action_keys, won=won)
+    return credit(rows, config or AdvantageConfig(estimator="crbc")).advantages
+
+
+def credit(rows: Rows, config: AdvantageConfig) -> StepCredit:
+    """CRBC: GRPO's episode term (``episode_weight``, ``mode``, ``invalid_penalty``) plus
+    ``crbc.step_weight`` times the step credit from the group's own transitions. Rewards and
+    the invalid penalty enter the episode term only; the process sees each rollout's success
+    (the env's ``won`` on its last step) and nothing else. Returns Q(s, a) per row as
+    ``returns`` and V(s) as ``state_values``."""
+    settings = config.crbc
+    process = _process(rows)
+    q, v = _values(rows, process, settings)
+    step, q_row, v_row = _step_credit(process, q, v, settings.sigma_min)
+    scores = episode_scores(rows.reward, rows.rollouts, rows.invalid, config.invalid_penalty)
+    episode = episode_advantages(scores, rows.groups, config.mode)
+    return StepCredit(config.episode_weight * episode + settings.step_weight * step, q_row, v_row)
+
+
+def evidence(rows: Rows, config: AdvantageConfig) -> dict[str, float]:
+    """What the closure saw (the paper's figure 5), as ``crbc/...`` metrics:
+
+    - ``eligible_share``: steps at anchors where two or more actions were tried;
+    - ``all_rollouts_share/k0``: of those steps, the share whose anchor every rollout of its
+      group visited (all of the group's evidence enters K = 0's average there);
+    - ``all_rollouts_share/closure``: the share whose anchor reaches, through the group's
+      transitions, an anchor of every rollout (all of it enters the closure);
+    - ``nonzero_step_credit_share``: steps with step credit other than 0.
+    """
+    process = _process(rows)
+    q, v = _values(rows, process, config.crbc)
+    step = _step_credit(process, q, v, config.crbc.sigma_min)[0]
+    eligible = process.eligible
+    visited, reached, members = _rollouts_seen(rows, process)
+    return {
+        "crbc/eligible_share": _share(eligible),
+        "crbc/all_rollouts_share/k0": _share((visited == members)[process.anchor], eligible),
+        "crbc/all_rollouts_share/closure": _share((reached == members)[process.anchor], eligible),
+        "crbc/nonzero_step_credit_share": _share(np.abs(step) > NONZERO),
+    }
+
+
+def _share(mask: np.ndarray, among: np.ndarray | None = None) -> float:
+    """The share of ``among``'s rows (all rows when None) where ``mask`` is set; 0 of none."""
+    among = np.ones_like(mask) if among is None else among
+    return float((mask & among).sum() / among.sum()) if among.any() else 0.0
+
+
+def _rollouts_seen(rows: Rows, process: _Process) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per anchor: how many rollouts visited it, how many visited an anchor it reaches, and how
+    many rollouts its group has. Rollout sets are bitsets (one uint64 word per 64 members),
+    widened along the transitions until nothing changes: one pass per step of the longest path."""
+    rollouts, member = np.unique(rows.rollouts, return_inverse=True)
+    rollout_group = np.zeros(len(rollouts), dtype=np.int64)
+    rollout_group[member] = rows.groups
+    first = np.searchsorted(rollout_group, rollout_group, side="left")  # rollout codes sort by group
+    rank = (np.arange(len(rollouts)) - first)[member]
+    words = int(rank.max(initial=0)) // 64 + 1
+    own = np.zeros((process.anchors, words), dtype=np.uint64)
+    np.bitwise_or.at(
+        own, (process.anchor, rank // 64), np.left_shift(np.uint64(1), (rank % 64).astype(np.uint64))
+    )
+    internal = process.internal
+    source, target = process.anchor[internal], process.successor[internal]
+    reach = own.copy()
+    while True:
+        widened = reach.copy()
+        np.bitwise_or.at(widened, source, reach[target])
+        if (widened == reach).all():
+            break
+        reach = widened
+    anchor_group = np.zeros(process.anchors, dtype=np.int64)
+    anchor_group[process.anchor] = rows.groups
+    members = np.bincount(rollout_group)[anchor_group]
+    return _bits_set(own), _bits_set(reach), members
+
+
+def _bits_set(bits: np.ndarray) -> np.ndarray:
+    """Per row of a (n, words) uint64 bitset, how many bits are set."""
+    return np.unpackbits(bits.view(np.uint8), axis=1).sum(axis=1)

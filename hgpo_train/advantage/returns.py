@@ -1,0 +1,160 @@
+"""What a step is credited with before grouping: discounted returns, episode scores, and
+GraphGPO's distance-to-success returns in each task group's state graph."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hgpo_train.advantage.columns import (
+    as_fingerprints,
+    float_column,
+    id_codes,
+    invalid_penalties,
+    real_setting,
+)
+from hgpo_train.advantage.grouping import last_rows, pair_codes
+from hgpo_train.advantage.rows import Rows
+
+if TYPE_CHECKING:
+    from hgpo_train.advantage.config import AdvantageConfig
+
+GRAPH_RETURN_SCALE = 10.0
+"""GraphGPO's step return at distance 0 (the recipe's constant: ALFWorld's win reward)."""
+
+
+def step_returns(
+    rewards: Any,
+    traj_ids: Any,
+    gamma: float = 0.95,
+    invalid: Any = None,
+    invalid_penalty: float = 0.1,
+) -> np.ndarray:
+    """Discounted return of every step, ``R_t = r_t + gamma * R_{t+1}``, minus the step's own
+    invalid penalty (the penalty is not discounted into earlier steps). A rollout ends at its
+    last row (no bootstrap). ``traj_ids`` must identify rollouts uniquely across the batch.
+    """
+    r = float_column(rewards, "rewards")
+    rollout = id_codes(traj_ids, "traj_ids", len(r))
+    g = real_setting(gamma, "gamma", 0.0, 1.0)
+    penalty = invalid_penalties(invalid, invalid_penalty, len(r))
+
+    order = np.argsort(rollout, kind="stable")  # rollouts contiguous, each in row order
+    lengths = np.bincount(rollout)
+    starts = np.cumsum(lengths) - lengths
+    by_length = np.argsort(-lengths, kind="stable")  # longest first: active rollouts = a prefix
+    starts, neg_lengths = starts[by_length], -lengths[by_length]
+
+    r_sorted = r[order]
+    ret = r_sorted.copy()  # the last step of each rollout: R = r
+    for pos in range(int(lengths.max(initial=0)) - 2, -1, -1):
+        active = np.searchsorted(neg_lengths, -(pos + 1), side="left")  # length > pos + 1
+        rows = starts[:active] + pos
+        ret[rows] = r_sorted[rows] + g * ret[rows + 1]
+    out = np.empty_like(ret)
+    out[order] = ret
+    return out - penalty
+
+
+def episode_scores(
+    rewards: Any, traj_ids: Any, invalid: Any = None, invalid_penalty: float = 0.1
+) -> np.ndarray:
+    """Per-row episode score: the rollout's total reward minus this row's invalid penalty."""
+    r = float_column(rewards, "rewards")
+    rollout = id_codes(traj_ids, "traj_ids", len(r))
+    penalty = invalid_penalties(invalid, invalid_penalty, len(r))
+    return np.bincount(rollout, weights=r)[rollout] - penalty
+
+
+def graph_distances(
+    group_ids: Any, states: Any, next_states: Any, success: Any
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's state's and next state's distance to success in its group's state graph.
+
+    Every row is a unit edge from its state to its next state, or to the group's success node
+    where ``success`` is set (GraphGPO: the last step of a won episode, whose own terminal
+    state is then not a node). Distances come from one breadth-first search backwards from all
+    success nodes; a node that cannot reach success gets its group's largest finite distance
+    + 1, the success node's 0 included, so a group without success puts every node at 1.
+    """
+    state = as_fingerprints(states)[:, 0]
+    n = len(state)
+    after = as_fingerprints(next_states, n)[:, 0]
+    done = float_column(success, "success", n) != 0
+    groups = id_codes(group_ids, "group_ids", n)
+    nodes = pair_codes(np.concatenate([groups, groups]), np.concatenate([state, after]))
+    first_success = int(nodes.max(initial=-1)) + 1  # success nodes follow, one per group
+    size = first_success + int(groups.max(initial=-1)) + 1
+    source = nodes[:n]
+    target = np.where(done, first_success + groups, nodes[n:])
+    node_group = np.empty(size, dtype=np.int64)
+    node_group[nodes] = np.concatenate([groups, groups])
+    node_group[first_success:] = np.arange(size - first_success)
+
+    sources = source[np.argsort(target, kind="stable")]  # edges into each node, as a CSR table
+    into = np.bincount(target, minlength=size)
+    first_edge = np.cumsum(into) - into
+    distance = np.full(size, -1, dtype=np.int64)
+    frontier = np.arange(first_success, size)
+    distance[frontier] = 0
+    level = 0
+    while frontier.size:  # one pass per distance: the edges into the frontier, in one gather
+        counts = into[frontier]
+        within = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+        reached = sources[np.repeat(first_edge[frontier], counts) + within]
+        frontier = np.unique(reached[distance[reached] < 0])
+        level += 1
+        distance[frontier] = level
+    far = np.zeros(size - first_success, dtype=np.int64)
+    np.maximum.at(far, node_group, distance)
+    distance = np.where(distance < 0, far[node_group] + 1, distance)
+    return distance[source], distance[target]
+
+
+def graph_returns(
+    rewards: Any,
+    traj_ids: Any,
+    group_ids: Any,
+    states: Any,
+    next_states: Any,
+    gamma: float = 0.1,
+    invalid: Any = None,
+    invalid_penalty: float = 0.1,
+    normalize_distance: bool = False,
+) -> np.ndarray:
+    """GraphGPO's step return: ``10 * gamma ** d(next state)`` in the task group's state graph
+    (``normalize_distance``: ``10 * gamma ** (d(next) - d(state) + 1)``), minus the step's
+    invalid penalty. The env's step rewards only decide which episodes were won (total > 0);
+    see :func:`graph_distances`. ``traj_ids`` must identify rollouts uniquely across the batch.
+    """
+    r = float_column(rewards, "rewards")
+    rollout = id_codes(traj_ids, "traj_ids", len(r))
+    g = real_setting(gamma, "gamma", 0.0, 1.0)
+    if normalize_distance and g == 0:
+        raise ValueError("normalize_distance needs gamma > 0 (a step away from success has exponent < 0)")
+    penalty = invalid_penalties(invalid, invalid_penalty, len(r))
+    won = (np.bincount(rollout, weights=r) > 0)[rollout]
+    d_state, d_next = graph_distances(group_ids, states, next_states, won & last_rows(rollout))
+    exponent = d_next - d_state + 1 if normalize_distance else d_next
+    return GRAPH_RETURN_SCALE * g ** exponent.astype(np.float64) - penalty
+
+
+def credited_returns(rows: Rows, config: AdvantageConfig) -> np.ndarray:
+    """The return gigpo, graphgpo and hgpo credit each step with (``config.returns``)."""
+    fingerprints = rows.state_keys(config.estimator)
+    if config.returns == "discounted":
+        return step_returns(rows.reward, rows.rollouts, config.gamma, rows.invalid, config.invalid_penalty)
+    if rows.next_states is None:
+        raise ValueError("graph returns need each step's next-state key (next_states)")
+    return graph_returns(
+        rows.reward,
+        rows.rollouts,
+        rows.groups,
+        fingerprints[:, 0],
+        rows.next_states,
+        config.gamma,
+        rows.invalid,
+        config.invalid_penalty,
+        config.normalize_distance,
+    )
