@@ -4,7 +4,8 @@
 
 HGPO is compared with a dict of clusters and numpy per cluster; GraphGPO with a loop written the
 way its recipe computes it, per task group (a dict graph, a breadth-first search from success,
-each trajectory's returns) and per step group; both must agree with the vectorised ones.
+each trajectory's returns) and per step group; CRBC with a dense solve of each task group's
+closure in turn; all must agree with the vectorised ones (1e-9).
 
 Synthetic batches shaped like the paper's: 16 task groups of 8 rollouts each, repeated (with
 new group ids) until --rows step rows. Each group walks a small random state graph from one
@@ -16,6 +17,7 @@ salted per group, so equal keys in different groups also test that clusters are 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import time
 from collections import defaultdict, deque
@@ -25,6 +27,7 @@ import numpy as np
 
 from hgpo_train.advantage import (
     AdvantageConfig,
+    CRBCSettings,
     compute_advantages,
     episode_scores,
     gigpo_advantages,
@@ -50,8 +53,9 @@ def _mix(x: np.ndarray) -> np.ndarray:
 def synthetic_batch(
     rows: int, levels: int, seed: int, max_steps: int = 50, states: int = 24, branching: int = 3
 ) -> dict[str, np.ndarray]:
-    """Columns group_id, traj_id, reward, invalid, fingerprints ((rows, levels+1) uint64) and
-    next_state (the level-0 key of the state each step led to)."""
+    """Columns group_id, traj_id, reward, invalid, fingerprints ((rows, levels+1) uint64),
+    next_state (the level-0 key of the state each step led to), action_key (the branch taken; an
+    invalid step's is one key of its own) and won (the rollout reached the goal)."""
     rng = np.random.default_rng(seed)
     batches = -(-rows // (GROUPS_PER_BATCH * ROLLOUTS_PER_GROUP * 10))  # enough at >= 10 steps a rollout
     n_groups = GROUPS_PER_BATCH * batches
@@ -62,9 +66,11 @@ def synthetic_batch(
 
     walk = np.zeros((n_rollouts, max_steps), dtype=np.int64)  # state 0 = the group's initial state
     invalid = rng.random((n_rollouts, max_steps)) < 0.1  # an invalid step leaves the state unchanged
+    branch = rng.integers(0, branching, (n_rollouts, max_steps))
     for t in range(1, max_steps):
-        moved = successors[group, walk[:, t - 1], rng.integers(0, branching, n_rollouts)]
+        moved = successors[group, walk[:, t - 1], branch[:, t - 1]]
         walk[:, t] = np.where(invalid[:, t - 1], walk[:, t - 1], moved)
+    action = np.where(invalid, branching, branch).astype(np.uint64) + np.uint64(1)
     at_goal = walk == goal
     won = at_goal.any(axis=1)
     length = np.where(won, at_goal.argmax(axis=1) + 1, max_steps)
@@ -90,6 +96,8 @@ def synthetic_batch(
         "invalid": invalid[mask].astype(np.float64),
         "fingerprints": keys.transpose(1, 2, 0)[mask],
         "next_state": after[mask],
+        "action_key": action[mask],
+        "won": np.broadcast_to(won[:, None], mask.shape)[mask],
     }
     return {name: col[:rows] for name, col in cols.items()}
 
@@ -188,6 +196,47 @@ def straightforward_graphgpo(
     return step + normalise(scores, groups, episode_alone)
 
 
+def per_group_crbc(
+    rewards: np.ndarray,
+    traj_ids: np.ndarray,
+    group_ids: np.ndarray,
+    states: np.ndarray,
+    actions: np.ndarray,
+    won: np.ndarray,
+    invalid: np.ndarray,
+    mode: str,
+    config: CRBCSettings,
+) -> np.ndarray:
+    """CRBC's closure one task group at a time: the group's anchors and (anchor, action) pairs by
+    np.unique, M and b as dense matrices, ``np.linalg.solve``, then Q, V, the spread and the gate.
+    Rows must be grouped by rollout, each in order (as :func:`synthetic_batch` makes them)."""
+    beta = config.beta
+    step = np.zeros(len(rewards))
+    bounds = np.flatnonzero(np.diff(group_ids, prepend=-1, append=-1))
+    for start, end in itertools.pairwise(bounds):
+        rows = np.arange(start, end)
+        anchors, anchor = np.unique(states[rows], return_inverse=True)
+        m = len(anchors)
+        last = np.append(traj_ids[rows][1:] != traj_ids[rows][:-1], True)
+        successor = np.where(last, np.where(won[rows], m, m + 1), np.append(anchor[1:], 0))
+        visits = np.bincount(anchor, minlength=m)
+        transitions = np.zeros((m, m + 2))
+        np.add.at(transitions, (anchor, successor), 1.0)
+        transitions /= visits[:, None]
+        values = np.linalg.solve(np.eye(m) - beta * transitions[:, :m], beta * transitions[:, m])
+        after = np.append(values, [1.0, 0.0])[successor]
+        pairs, pair = np.unique(
+            anchor * (int(actions.max()) + 1) + actions[rows].astype(np.int64), return_inverse=True
+        )
+        q = beta * np.bincount(pair, weights=after) / np.bincount(pair)
+        gap = q[pair] - values[anchor]
+        spread = np.sqrt(np.bincount(anchor, weights=gap * gap) / visits)
+        choices = np.bincount(pairs // (int(actions.max()) + 1), minlength=m)
+        step[rows] = np.where(choices[anchor] >= 2, gap / np.maximum(spread[anchor], config.sigma_min), 0.0)
+    scores = episode_scores(rewards, traj_ids, invalid=invalid)
+    return grpo_advantages(scores, group_ids, mode) + config.step_weight * step
+
+
 def timed(fn: Callable[[], np.ndarray], repeats: int) -> tuple[float, float, np.ndarray]:
     """Best wall and best CPU seconds over ``repeats`` runs, and the result.
 
@@ -232,6 +281,14 @@ def main(argv: list[str] | None = None) -> int:
     returns = step_returns(b["reward"], b["traj_id"], invalid=b["invalid"])
     scores = episode_scores(b["reward"], b["traj_id"], invalid=b["invalid"])
     graphgpo = AdvantageConfig(estimator="graphgpo", gamma=0.1, mode=args.mode)
+    crbc = AdvantageConfig(estimator="crbc", mode=args.mode)
+
+    def crbc_run(c: dict[str, np.ndarray]) -> Callable[[], np.ndarray]:
+        return lambda: compute_advantages(
+            c["reward"], c["traj_id"], c["group_id"], c["fingerprints"], c["invalid"], crbc,
+            action_keys=c["action_key"], won=c["won"],
+        )  # fmt: skip
+
     runs = {
         "step_returns": lambda: step_returns(b["reward"], b["traj_id"], invalid=b["invalid"]),
         "grpo_advantages": lambda: grpo_advantages(scores, b["group_id"], args.mode),
@@ -257,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
             graphgpo,
             b["next_state"],
         ),
+        "crbc": crbc_run(b),
     }
     print(f"{'':>18}  {'wall':>8}  {'cpu':>8}")
     for name, run in runs.items():
@@ -294,6 +352,21 @@ def main(argv: list[str] | None = None) -> int:
                 c["next_state"],
                 c["invalid"],
                 args.mode,
+            ),
+        ),
+        "crbc": (
+            "per-group dense",
+            crbc_run(c),
+            lambda: per_group_crbc(
+                c["reward"],
+                c["traj_id"],
+                c["group_id"],
+                c["fingerprints"][:, 0],
+                c["action_key"],
+                c["won"],
+                c["invalid"],
+                args.mode,
+                crbc.crbc,
             ),
         ),
     }

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -485,7 +486,7 @@ def _field_at(key: str) -> Any:
 def _fields(model: Any) -> dict[str, Any]:
     if isinstance(model, type) and issubclass(model, BaseModel):
         return {name: info.annotation for name, info in model.model_fields.items()}
-    return {name: f.type for name, f in model.__dataclass_fields__.items()}
+    return typing.get_type_hints(model)  # a dataclass's annotations may be strings
 
 
 def _is_section(annotation: Any) -> bool:

@@ -64,9 +64,11 @@ def make_batch(seed: int = 0, groups: int = 3, size: int = 4, levels: int = 3) -
                         float(10.0 * (step == length - 1) * rng.integers(0, 2)),
                         bool(rng.random() < 0.2),
                         fp,
+                        int(rng.integers(1, 4)),  # the action key
                     )
                 )
     n = len(rows)
+    won = {(r[0], r[1]) for r in rows if r[3] > 0}
     lengths = rng.integers(1, 6, size=(n, 2))
     episodes = Episodes(
         np.repeat(np.arange(groups), size),
@@ -89,8 +91,8 @@ def make_batch(seed: int = 0, groups: int = 3, size: int = 4, levels: int = 3) -
         invalid=np.array([r[4] for r in rows]),
         fingerprints=np.array([r[5] for r in rows], dtype=np.uint64),
         next_state=np.array([r[5][0] for r in rows], dtype=np.uint64),
-        action_key=np.ones(len(rows), np.uint64),
-        outcome=np.full(n, "lost"),
+        action_key=np.array([r[6] for r in rows], np.uint64),
+        outcome=np.array(["won" if (r[0], r[1]) in won else "lost" for r in rows]),
         prompt_ids=[rng.integers(1, 50, size=p).astype(np.int32) for p, _ in lengths],
         response_ids=[np.append(rng.integers(1, 50, size=r - 1), END).astype(np.int32) for _, r in lengths],
         choices=[None] * n,

@@ -139,13 +139,15 @@ def assert_estimator_matters(advantages: np.ndarray, batch: StepBatch, config: A
 
     Without a reward, graph returns are the same for every step (all at distance 1) and G2PO's
     state values are all 0, so GraphGPO and G2PO equal GiGPO there (each credits only the invalid
-    penalty within the state), as they should; those are then not compared.
+    penalty within the state), as they should; and CRBC, whose step credit needs a success, is
+    GRPO exactly. Those are then not compared.
     """
     rollouts = batch.group_id * (int(batch.traj_id.max(initial=0)) + 1) + batch.traj_id
     others = set(ESTIMATORS) - {config.estimator}
-    alike = {"gigpo", "graphgpo", "g2po"}
-    if not (np.bincount(rollouts, weights=batch.reward) > 0).any() and config.estimator in alike:
-        others -= alike
+    if not (np.bincount(rollouts, weights=batch.reward) > 0).any():
+        for alike in ({"gigpo", "graphgpo", "g2po"}, {"grpo", "crbc"}):
+            if config.estimator in alike:
+                others -= alike
     for other in others:
         gap = np.abs(advantages - reference_advantages(batch, replace(config, estimator=other))).max()
         assert gap > 1e-3, f"{config.estimator} and {other} agree on this batch: it cannot tell them apart"

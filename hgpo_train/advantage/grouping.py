@@ -105,6 +105,18 @@ def pair_codes(groups: np.ndarray, keys: np.ndarray) -> np.ndarray:
     return out
 
 
+def nested_codes(groups: np.ndarray, keys: np.ndarray, subkeys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Dense codes of the (group, key) pairs and of the (group, key, subkey) triples, as
+    :func:`pair_codes` twice but with one row sort: the second sort runs on rows already
+    ordered by the first's codes, where it needs no argsort."""
+    rows, codes = PairSorter(id_codes(groups, "groups", len(keys))).clusters(keys, zero_is_missing=False)
+    inner_rows, inner_codes = PairSorter(codes).clusters(subkeys[rows], zero_is_missing=False)
+    outer, inner = np.empty(len(keys), np.int64), np.empty(len(keys), np.int64)
+    outer[rows] = codes
+    inner[rows[inner_rows]] = inner_codes
+    return outer, inner
+
+
 def _clusters(groups: np.ndarray, fp: np.ndarray) -> np.ndarray:
     """Level-major (K+1, n) cluster codes, -1 where the level is missing."""
     sorter = PairSorter(groups)
