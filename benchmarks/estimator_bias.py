@@ -1,4 +1,4 @@
-"""How close GRPO, GiGPO, HGPO, GraphGPO and G2PO step advantages come to the true advantage, on HGPO-Rooms-v0.
+"""How close GRPO, GiGPO, HGPO, GraphGPO, G2PO and CRBC step advantages come to the true advantage, on HGPO-Rooms-v0.
 
     python benchmarks/estimator_bias.py [--seeds 5] [--groups 16] [--continuations 32] [--quick]
 
@@ -27,7 +27,9 @@ predicts no advantage at all. GraphGPO and HGPO with graph returns credit a step
 truth is measured in: their MSE is on another scale (shown, not comparable) and they have no
 systematic MSE; their Spearman is comparable. G2PO credits a step with the value of the state it
 led to, computed from the batch's episode rewards (its own discounting), so it has no systematic MSE
-either. Every number is the mean ± std over seeds of a statistic over all
+either. CRBC's step credit is its closure's Q - V (discounted success, beta 0.98) divided by the
+anchor's spread, weighed 5 against GRPO's episode term: its MSE is on another scale too, and it has
+no systematic MSE; its Spearman is comparable. Every number is the mean ± std over seeds of a statistic over all
 steps of the seed's batch. ``--quick`` is a smoke run (seconds) that writes no files.
 """
 
@@ -52,6 +54,8 @@ from hgpo_env.fingerprint import FINGERPRINT_MODES, Fingerprinter
 from hgpo_env.registration import make_agent_env
 from hgpo_train.advantage import (
     AdvantageConfig,
+    CRBCSettings,
+    crbc_advantages,
     episode_scores,
     g2po_advantages,
     gigpo_advantages,
@@ -128,6 +132,9 @@ class Batch:
     next_state_text: list[str] = field(default_factory=list)
     """The state text the step led to (the terminal observation's on a last step)."""
     action: list[str | None] = field(default_factory=list)
+    action_key: list[int] = field(default_factory=list)
+    won: list[bool] = field(default_factory=list)
+    """The env's ``won`` after each step."""
     wrapper_fingerprints: list[tuple[int, ...]] = field(default_factory=list)
     truth: list[Truth] = field(default_factory=list)
 
@@ -246,6 +253,8 @@ def collect_group(
             batch.reward.append(float(reward))
             batch.invalid.append(not info["action_valid"])
             batch.action.append(info["parsed_action"])
+            batch.action_key.append(info["action_key"])
+            batch.won.append(bool(info["won"]))
             batch.next_state_text.append(info["state_text"])
             if terminated or truncated:
                 break
@@ -301,6 +310,8 @@ def estimator_configs() -> dict[str, tuple[AdvantageConfig, int, str]]:
         "GiGPO": (AdvantageConfig("gigpo", **base), 0, FINGERPRINT_MODES[0]),
         "GraphGPO": (AdvantageConfig("graphgpo", **graph), 0, FINGERPRINT_MODES[0]),
         "G2PO": (AdvantageConfig("g2po", **base), 0, FINGERPRINT_MODES[0]),
+        "CRBC (closure)": (AdvantageConfig("crbc", **base), 0, FINGERPRINT_MODES[0]),
+        "CRBC K=0": (AdvantageConfig("crbc", crbc=CRBCSettings(depth=0), **base), 0, FINGERPRINT_MODES[0]),
         "HGPO K=2 α=1 + graph returns": (
             AdvantageConfig("hgpo", step_return="graph", **graph),
             2,
@@ -321,12 +332,15 @@ def estimate(
     scores: np.ndarray,
     groups: np.ndarray,
     fp: np.ndarray,
-    steps: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    steps: tuple[np.ndarray, ...] | None = None,
 ) -> np.ndarray:
-    """``config``'s advantages from given returns and episode scores (sampled or expected); G2PO,
-    which computes its own values, from the batch's ``steps`` (rewards, rollouts, invalid flags)."""
-    if config.estimator == "g2po":
-        reward, traj, invalid = steps
+    """``config``'s advantages from given returns and episode scores (sampled or expected); G2PO
+    and CRBC, which compute their own values, from the batch's ``steps`` (rewards, rollouts,
+    invalid flags, action keys, won flags)."""
+    if config.estimator in ("g2po", "crbc"):
+        reward, traj, invalid, action_keys, won = steps
+        if config.estimator == "crbc":
+            return crbc_advantages(reward, traj, groups, fp, action_keys, won, invalid, config)
         return g2po_advantages(reward, traj, groups, fp, invalid, config.mode, config.gamma, INVALID_PENALTY)
     if config.estimator == "grpo":
         return grpo_advantages(scores, groups, config.mode)
@@ -379,7 +393,7 @@ def score_estimators(
         batch.column("q_return"),
         rewards_before(reward, traj) + batch.column("q_reward") - INVALID_PENALTY * invalid,
     )
-    steps = (reward, traj, invalid)
+    steps = (reward, traj, invalid, np.asarray(batch.action_key, dtype=np.uint64), np.asarray(batch.won))
     zero = float(np.mean(truth**2))
     rows = {"A = 0 (reference)": {"mse": zero, "systematic_mse": zero, "bias": 0.0}}
     for name, (config, levels, mode) in estimator_configs().items():
@@ -393,7 +407,7 @@ def score_estimators(
 
         advantages = estimate(config, returns, sampled[1], groups, fp, steps)
         error = advantages - truth
-        own_returns = config.returns == "graph" or config.estimator == "g2po"
+        own_returns = config.returns == "graph" or config.estimator in ("g2po", "crbc")
         systematic = None if own_returns else estimate(config, *expected, groups, fp)
         rows[name] = {
             "mse": float(np.mean(error**2)),
@@ -522,6 +536,8 @@ def batch_summary(results: list[SeedResult]) -> str:
 def _colour(name: str) -> str:
     if name.startswith("HGPO"):
         return "C2" if name.endswith("obs+act") else "C3"
+    if name.startswith("CRBC"):
+        return "C4"
     return {"GRPO": "C0", "GiGPO": "C1"}.get(name, "grey")
 
 

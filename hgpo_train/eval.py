@@ -120,11 +120,22 @@ RESULTS = "evals"
 """The run folder's evaluations: one results file per evaluation, ``iter_000010.json``."""
 
 
+def _dotted(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested settings as flat dotted keys (``crbc.depth``), so a table row names the one that differs."""
+    flat: dict[str, Any] = {}
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            flat.update(_dotted(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def results_json(config: Config, result: EvalResult, checkpoint: str) -> dict[str, Any]:
     """What a results file holds: the result, the run (method, its settings, training seed) and
     the provenance. The settings are K (what the prompt shows) and the estimator's: runs of one
     method that differ in them are different rows of :mod:`hgpo_train.compare`'s table."""
-    settings = {"history_length": config.env.history_length, **asdict(config.advantage)}
+    settings = {"history_length": config.env.history_length, **_dotted(asdict(config.advantage))}
     settings.pop("estimator")
     run = {
         "method": config.advantage.estimator,

@@ -1,7 +1,8 @@
-"""A budget-matched table: GRPO, GiGPO, HGPO and GraphGPO on three envs, 3 training seeds each, on CPU.
+"""A budget-matched table: GRPO, GiGPO, HGPO, GraphGPO and CRBC on three envs, 3 training seeds each, on CPU.
 
-    python scripts/budget_table.py                  # every run, then docs/budget_table.{json,md}
+    python scripts/budget_table.py                  # every run, then docs/budget_table.json
     python scripts/budget_table.py --summary-only   # the table from the runs already finished
+    python scripts/budget_table.py --methods grpo crbc --settings rooms-hidden --out crbc.json  # a part
 
 Within one env every method gets the same budget: the same iterations of the same groups x
 rollouts (so the same episodes and the same number of updates, one per iteration with the same
@@ -44,6 +45,7 @@ METHODS = {  # method: overrides besides advantage.estimator
     "gigpo": [],
     "hgpo": [],
     "graphgpo": ["advantage.gamma=0.1"],
+    "crbc": [],  # its paper's defaults: the closure, beta 0.98, w_S 5
 }
 PANEL_TASKS = 64
 SAMPLES_PER_TASK = 4
@@ -148,18 +150,25 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS))
+    parser.add_argument(
+        "--settings", nargs="+", choices=[s.name for s in SETTINGS], default=[s.name for s in SETTINGS]
+    )
     parser.add_argument("--summary-only", action="store_true", help="only tabulate the finished runs")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "docs" / "budget_table.json", help="the table's file"
+    )
     args = parser.parse_args(argv)
     if not args.summary_only:
-        panels = {setting.name: panel_file(setting) for setting in SETTINGS}
+        panels = {setting.name: panel_file(setting) for setting in SETTINGS if setting.name in args.settings}
         for seed in args.seeds:  # seed by seed, so a table cut short is still balanced
-            for setting in SETTINGS:
-                for method in METHODS:
+            for setting in (s for s in SETTINGS if s.name in args.settings):
+                for method in args.methods:
                     if not results_file(setting, method, seed).is_file():
                         run(setting, method, seed, panels[setting.name])
     settings = table(args.seeds)
     seconds = sum(sum(row["run_seconds"]) for done in settings.values() for row in done["methods"].values())
-    out = ROOT / "docs" / "budget_table.json"
+    out = args.out
     out.write_text(json.dumps({"run_seconds_total": seconds, "settings": settings}, indent=1))
     for name, compared in settings.items():
         print(f"\n### {name} ({compared['iterations']} iterations)\n\n{markdown(compared)}")
