@@ -97,7 +97,9 @@ The truth is the Monte-Carlo Q(h, a) - V(h) from the step's exact env state and 
 truth's scale; *Spearman* is scale-free. *Systematic MSE* gives each estimator the expected
 returns (from the continuations) instead of the sampled ones: what is left is the error of its
 baseline (and of rows it gives no item), plus the Monte-Carlo noise of the expectations.
-*A = 0* predicts no advantage: its MSE is the variance of the truth. *Context inconsistency*
+*A = 0* predicts no advantage: its MSE is the variance of the truth. GraphGPO, graph returns, G2PO
+and CRBC credit values of their own (graph distances, state values, discounted success): their
+MSE is on another scale and not comparable, their Spearman is. *Context inconsistency*
 is the share of rows whose level-0 cluster holds more than one K-step context
 (`hgpo_train.diagnostics`).
 """

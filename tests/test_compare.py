@@ -100,3 +100,27 @@ def test_runs_of_one_method_with_other_settings_are_rows_of_their_own(tmp_path, 
     twice = write(tmp_path / "again", "hgpo", 0, 0.1, method_settings={"history_length": 4, **shared})
     assert main([*files, twice]) == 2  # the same row and seed twice is still refused
     assert "are both hgpo (history_length=4) seed 0" in capsys.readouterr().err
+
+
+def test_a_nested_estimator_setting_names_its_row(tmp_path, capsys):
+    """CRBC's settings are a section of their own (advantage.crbc): a results file records them as
+    dotted keys, so CRBC at depth 0 and at the closure are two rows named by the one that differs."""
+    from hgpo_train.config import load_config
+    from hgpo_train.eval import EpisodeResult, EvalResult, results_json
+
+    files = []
+    for depth, success in (("inf", 0.6), (0, 0.5)):
+        config = load_config(
+            env="rooms", overrides=["advantage.estimator=crbc", f"advantage.crbc.depth={depth}"]
+        )
+        played = EvalResult([EpisodeResult(0, 123, "task", None, True, 1.0, 3, "1")], settings=SETTINGS)
+        run = results_json(config, played, checkpoint="none")["run"]
+        assert run["method_settings"]["crbc.depth"] == depth and "crbc" not in run["method_settings"]
+        folder = tmp_path / f"depth{depth}"
+        folder.mkdir()
+        files += [write(folder, "crbc", s, success, method_settings=run["method_settings"]) for s in range(2)]
+    assert main(files) == 0
+    assert list(json.loads(capsys.readouterr().out)["methods"]) == [
+        "crbc (crbc.depth=inf)",
+        "crbc (crbc.depth=0)",
+    ]
