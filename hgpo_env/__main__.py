@@ -1,6 +1,6 @@
 """Command line: ``python -m hgpo_env demo`` plays an expert episode; ``check`` checks an env's
-contract and fingerprints before training; ``serve`` puts an env behind an OpenEnv server;
-``download`` fetches data."""
+contract and fingerprints before training; ``audit`` measures whether its state key sees the
+state; ``serve`` puts an env behind an OpenEnv server; ``download`` fetches data."""
 
 from __future__ import annotations
 
@@ -172,6 +172,29 @@ def check(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def audit(args: argparse.Namespace) -> int:
+    from hgpo_env.audit import AuditError, audit_env, print_progress
+
+    try:
+        env_id, env_kwargs = env_from_args(args)
+        report = audit_env(
+            env_id,
+            env_kwargs,
+            episodes=args.episodes,
+            group_size=args.group_size,
+            max_steps=args.max_steps,
+            history_length=args.history_length,
+            seed=args.seed,
+            policy=args.policy,
+            progress=print_progress,
+        )
+    except (*BAD_ENV, AuditError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps(report.to_json()) if args.json else report.format())
+    return 0
+
+
 def print_panel(args: argparse.Namespace) -> int:
     from hgpo_env.panel import PanelError, build_panel
 
@@ -214,6 +237,21 @@ def main(argv: list[str] | None = None) -> int:
         metavar="COMMAND",
         help="a command to try on a free-form env without an expert (repeat it; default: look, inventory, wait, help)",
     )
+    keys = commands.add_parser("audit", help="measure whether an env's state key sees the state")
+    keys.add_argument("env_id", help='a registered id, or "module:Id" to import module first')
+    keys.add_argument("env_kwargs", nargs="*", metavar="key=value", help="env arguments")
+    keys.add_argument("--episodes", type=int, default=64, help="episodes to play, in task groups")
+    keys.add_argument("--group-size", type=int, default=8, help="episodes per task group")
+    keys.add_argument("--max-steps", type=int, default=30, help="steps per episode at most")
+    keys.add_argument("--history-length", type=int, default=4, help="K: context levels measured above 0")
+    keys.add_argument("--seed", type=int, default=0, help="picks the tasks and seeds the policy")
+    keys.add_argument(
+        "--policy",
+        choices=("random", "expert"),
+        default="random",
+        help="random admissible commands, or the env's expert",
+    )
+    keys.add_argument("--json", action="store_true", help="print the report as one JSON object")
     server = commands.add_parser("serve", help="serve an env over the network as an OpenEnv environment")
     server.add_argument("env_id", help='a registered id, or "module:Id" to import module first')
     server.add_argument(
@@ -319,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
         return serve(args)
     if args.command == "panel":
         return print_panel(args)
+    if args.command == "audit":
+        return audit(args)
     path = importlib.import_module(f"hgpo_env.envs.{args.family}").download(args.dest)
     print(f"{args.family} data ready in {path}")
     return 0

@@ -94,7 +94,7 @@ def _expert(env: gym.Env) -> Any:
     return None
 
 
-def _command(
+def policy_command(
     env: gym.Env, info: Mapping[str, Any], rng: random.Random, expert: bool, probes: Sequence[str]
 ) -> str:
     """The expert's command where asked and available, else a random admissible one or a probe."""
@@ -153,6 +153,18 @@ def _play(
         if terminated or truncated:
             break
     return trace, sent, infos, reset_info
+
+
+def group_start_problem(group: int, task_id: Any, reset_infos: Sequence[Mapping[str, Any]]) -> str | None:
+    """One line if the members of a task group did not start one task (their task keys or
+    initial fingerprints differ), else None."""
+    starts = {(info.get("task_key"), info.get("initial_fingerprint")) for info in reset_infos}
+    if len(starts) == 1:
+        return None
+    return (
+        f"group {group} (task {task_id}): members started different tasks "
+        f"(task key, initial fingerprint): {sorted(starts, key=str)}"
+    )
 
 
 def _level_health(steps: list[_Step], level: int) -> LevelHealth:
@@ -225,17 +237,14 @@ class _Checker:
                 expert = member % 2 == 0
 
                 def policy(info: Mapping[str, Any], env: gym.Env = env, expert: bool = expert) -> str:
-                    return _command(env, info, self.rng, expert, self.probes)
+                    return policy_command(env, info, self.rng, expert, self.probes)
 
                 episodes.append(_play(env, self.seed + group, task_id, None, policy, self.max_steps))
                 self._note_ending(env)
             self.has_expert = _expert(envs[0]) is not None
-            starts = {(e[3].get("task_key"), e[3].get("initial_fingerprint")) for e in episodes}
-            if len(starts) != 1:
-                self.report.problems.append(
-                    f"group {group} (task {task_id}): members started different tasks "
-                    f"(task key, initial fingerprint): {sorted(starts, key=str)}"
-                )
+            problem = group_start_problem(group, task_id, [e[3] for e in episodes])
+            if problem:
+                self.report.problems.append(problem)
             for member, (trace, sent, infos, reset_info) in enumerate(episodes):
                 where = f"group {group} member {member}"
                 self.report.problems += _contract_problems(

@@ -7,12 +7,14 @@ samples that were not in the same situation. These metrics make both visible per
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hgpo_env.transitions import aliased_visits, history_keys, merging
 from hgpo_train.advantage import (
     AdvantageConfig,
     Mode,
@@ -22,7 +24,6 @@ from hgpo_train.advantage import (
     level_clusters,
     pair_codes,
 )
-from hgpo_train.advantage.crbc import evidence
 
 if TYPE_CHECKING:
     from hgpo_train.batch import StepBatch
@@ -108,20 +109,72 @@ def grouping_diagnostics(
     return {name: float(value) for name, value in metrics.items()}
 
 
+STATE_KEYED: tuple[str, ...] = ("gigpo", "graphgpo", "g2po", "crbc")
+"""Estimators that take two steps with one state key (level 0) for one state."""
+ALIASING_WARNING = 0.05
+"""Level-0 aliasing above this share of a batch's visits warns (once) under a state-keyed estimator."""
+NONZERO = 1e-9
+"""A step credit above this in size counts as non-zero."""
+_warned: set[str] = set()
+
+
+def key_metrics(batch: StepBatch) -> dict[str, float]:
+    """Whether the batch's keys see the state (:mod:`hgpo_env.transitions`): per level k, the share of
+    visits whose key and action led elsewhere under another history (``keys/level{k}/aliased_share``,
+    over the visits that show level k), and at level 0 how the rollouts meet
+    (``keys/merging/eligible_share``: visits at a key where two or more actions were taken; of
+    those, ``all_rollouts_share/k0`` and ``/closure``: the share whose key every rollout of the
+    group visited, or reaches through the transitions)."""
+    rollouts = batch.group_id * (int(batch.traj_id.max(initial=0)) + 1) + batch.traj_id
+    states = batch.fingerprints[:, 0]
+    histories = history_keys(rollouts, states, batch.action_key)
+    out = {}
+    for k, keys in enumerate(batch.fingerprints.T):
+        aliased = aliased_visits(batch.group_id, keys, batch.action_key, histories, batch.next_state)
+        out[f"keys/level{k}/aliased_share"] = _share(aliased, keys != 0)
+    met = merging(batch.group_id, rollouts, states, batch.action_key)
+    out["keys/merging/eligible_share"] = _share(met.eligible)
+    out["keys/merging/all_rollouts_share/k0"] = _share(met.visited == 1, met.eligible)
+    out["keys/merging/all_rollouts_share/closure"] = _share(met.reached == 1, met.eligible)
+    return out
+
+
+def _share(mask: np.ndarray, among: np.ndarray | None = None) -> float:
+    """The share of ``among``'s rows (all rows when None) where ``mask`` is set; 0 of none."""
+    among = np.ones_like(mask) if among is None else among
+    return float((mask & among).sum() / among.sum()) if among.any() else 0.0
+
+
 def credit_metrics(batch: StepBatch, credit: StepCredit, config: AdvantageConfig) -> dict[str, float]:
     """What both trainers log of an update's step credit: the advantages' spread, the grouping
-    of the values the estimator credited (:func:`grouping_diagnostics`) and, for CRBC, what its
-    closure saw (:func:`hgpo_train.advantage.crbc.evidence`)."""
+    of the values the estimator credited (:func:`grouping_diagnostics`), whether the keys see the
+    state (:func:`key_metrics`) and, for CRBC, the share of steps with step credit. Under a
+    state-keyed estimator, a batch whose state key aliases is said once, in one line, on stderr."""
     advantages = credit.advantages
     if not len(advantages):
         return {}
-    return {
+    keys = key_metrics(batch)
+    out = {
         "advantage/mean": float(advantages.mean()),
         "advantage/std": float(advantages.std()),
         "advantage/zero_frac": float((np.abs(advantages) <= 1e-6).mean()),
         **grouping_diagnostics(batch.group_id, batch.fingerprints, credit.returns, config.mode),
-        **(evidence(batch.rows, config) if config.estimator == "crbc" else {}),
+        **keys,
     }
+    if config.estimator == "crbc":
+        out["crbc/nonzero_step_credit_share"] = _share(np.abs(credit.returns - credit.state_values) > NONZERO)
+    aliased = keys["keys/level0/aliased_share"]
+    if config.estimator in STATE_KEYED and aliased > ALIASING_WARNING and config.estimator not in _warned:
+        _warned.add(config.estimator)
+        print(
+            f"warning: {config.estimator} takes one state key for one state, but in this batch "
+            f"{aliased:.0%} of visits went elsewhere from the same key and action after another history: "
+            "the key hides state (python -m hgpo_env audit measures it; HGPO with K >= 2 keys on the "
+            "history too)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return out
 
 
 def plot_grouping(metrics_or_arrays: Mapping[str, float] | Sequence[Any], path: str | Path) -> Path:

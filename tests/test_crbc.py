@@ -21,8 +21,6 @@ from hgpo_train.advantage import (
     grpo_advantages,
     step_credit,
 )
-from hgpo_train.advantage.crbc import evidence
-from hgpo_train.advantage.rows import Rows
 
 BETA = 0.98
 STEP_ONLY = {"episode_weight": 0.0}  # the worked cases give A^S alone
@@ -336,38 +334,3 @@ def test_missing_columns_are_named():
         step_credit(*args, None, None, config, action_keys=actions, won=cols["won"])
     with pytest.raises(ValueError, match="won must hold only 0/1"):
         step_credit(*args, states, None, config, action_keys=actions, won=[0, 2, 0])
-
-
-def test_evidence_figures():
-    cols = columns(CASE_2)
-    states, actions = keyed(cols)
-    rows = Rows.from_columns(
-        cols["rewards"], cols["traj_ids"], cols["group_ids"], states, action_keys=actions, won=cols["won"]
-    )
-    got = evidence(rows, AdvantageConfig(estimator="crbc"))
-    # eligible: the 3 visits to s0 and the 3 to s1 (two actions each); s2's 2 visits are not.
-    assert got["crbc/eligible_share"] == pytest.approx(6 / 8)
-    # s0 and s1 are visited by all 3 rollouts: all of the group's evidence at K = 0 already
-    assert got["crbc/all_rollouts_share/k0"] == pytest.approx(1.0)
-    assert got["crbc/all_rollouts_share/closure"] == pytest.approx(1.0)
-    # non-zero step credit: the eligible visits (s2's are gated to 0)
-    assert got["crbc/nonzero_step_credit_share"] == pytest.approx(6 / 8)
-
-
-def test_evidence_reaches_further_at_the_closure():
-    # s1 is visited by rollouts 0 and 1 only; from s1 the chain reaches s2, which rollout 2 visits
-    rollouts = [
-        ([("s0", "a"), ("s1", "c"), ("s2", "x")], True),
-        ([("s0", "a"), ("s1", "d")], False),
-        ([("s0", "b"), ("s2", "x")], False),
-    ]
-    cols = columns(rollouts)
-    states, actions = keyed(cols)
-    rows = Rows.from_columns(
-        cols["rewards"], cols["traj_ids"], cols["group_ids"], states, action_keys=actions, won=cols["won"]
-    )
-    got = evidence(rows, AdvantageConfig(estimator="crbc"))
-    eligible = 3 + 2  # s0's three visits, s1's two
-    assert got["crbc/eligible_share"] == pytest.approx(eligible / 7)
-    assert got["crbc/all_rollouts_share/k0"] == pytest.approx(3 / eligible)  # only s0's
-    assert got["crbc/all_rollouts_share/closure"] == pytest.approx(1.0)

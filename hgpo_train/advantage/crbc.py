@@ -17,7 +17,6 @@ solve over a group's anchors.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -33,8 +32,6 @@ if TYPE_CHECKING:
 
 CLOSURE = "inf"
 """The depth that solves the closure (the paper's K = infinity)."""
-NONZERO = 1e-9
-"""A step credit above this in size counts as non-zero in the evidence figures."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +87,7 @@ class _Process:
         """Per row, V of its successor, from the anchors' ``values`` and the boundaries' 1 and 0."""
         return np.concatenate([values, [1.0, 0.0]])[self.successor]
 
-    @cached_property
+    @property
     def eligible(self) -> np.ndarray:
         """Per row, two or more distinct actions were taken from its anchor."""
         pair_anchor = np.zeros(int(self.pair.max(initial=-1)) + 1, dtype=np.int64)
@@ -203,66 +200,3 @@ def credit(rows: Rows, config: AdvantageConfig) -> StepCredit:
     scores = episode_scores(rows.reward, rows.rollouts, rows.invalid, config.invalid_penalty)
     episode = episode_advantages(scores, rows.groups, config.mode)
     return StepCredit(config.episode_weight * episode + settings.step_weight * step, q_row, v_row)
-
-
-def evidence(rows: Rows, config: AdvantageConfig) -> dict[str, float]:
-    """What the closure saw (the paper's figure 5), as ``crbc/...`` metrics:
-
-    - ``eligible_share``: steps at anchors where two or more actions were tried;
-    - ``all_rollouts_share/k0``: of those steps, the share whose anchor every rollout of its
-      group visited (all of the group's evidence enters K = 0's average there);
-    - ``all_rollouts_share/closure``: the share whose anchor reaches, through the group's
-      transitions, an anchor of every rollout (all of it enters the closure);
-    - ``nonzero_step_credit_share``: steps with step credit other than 0.
-    """
-    process = _process(rows)
-    q, v = _values(rows, process, config.crbc)
-    step = _step_credit(process, q, v, config.crbc.sigma_min)[0]
-    eligible = process.eligible
-    visited, reached, members = _rollouts_seen(rows, process)
-    return {
-        "crbc/eligible_share": _share(eligible),
-        "crbc/all_rollouts_share/k0": _share((visited == members)[process.anchor], eligible),
-        "crbc/all_rollouts_share/closure": _share((reached == members)[process.anchor], eligible),
-        "crbc/nonzero_step_credit_share": _share(np.abs(step) > NONZERO),
-    }
-
-
-def _share(mask: np.ndarray, among: np.ndarray | None = None) -> float:
-    """The share of ``among``'s rows (all rows when None) where ``mask`` is set; 0 of none."""
-    among = np.ones_like(mask) if among is None else among
-    return float((mask & among).sum() / among.sum()) if among.any() else 0.0
-
-
-def _rollouts_seen(rows: Rows, process: _Process) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per anchor: how many rollouts visited it, how many visited an anchor it reaches, and how
-    many rollouts its group has. Rollout sets are bitsets (one uint64 word per 64 members),
-    widened along the transitions until nothing changes: one pass per step of the longest path."""
-    rollouts, member = np.unique(rows.rollouts, return_inverse=True)
-    rollout_group = np.zeros(len(rollouts), dtype=np.int64)
-    rollout_group[member] = rows.groups
-    first = np.searchsorted(rollout_group, rollout_group, side="left")  # rollout codes sort by group
-    rank = (np.arange(len(rollouts)) - first)[member]
-    words = int(rank.max(initial=0)) // 64 + 1
-    own = np.zeros((process.anchors, words), dtype=np.uint64)
-    np.bitwise_or.at(
-        own, (process.anchor, rank // 64), np.left_shift(np.uint64(1), (rank % 64).astype(np.uint64))
-    )
-    internal = process.internal
-    source, target = process.anchor[internal], process.successor[internal]
-    reach = own.copy()
-    while True:
-        widened = reach.copy()
-        np.bitwise_or.at(widened, source, reach[target])
-        if (widened == reach).all():
-            break
-        reach = widened
-    anchor_group = np.zeros(process.anchors, dtype=np.int64)
-    anchor_group[process.anchor] = rows.groups
-    members = np.bincount(rollout_group)[anchor_group]
-    return _bits_set(own), _bits_set(reach), members
-
-
-def _bits_set(bits: np.ndarray) -> np.ndarray:
-    """Per row of a (n, words) uint64 bitset, how many bits are set."""
-    return np.unpackbits(bits.view(np.uint8), axis=1).sum(axis=1)
