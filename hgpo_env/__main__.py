@@ -5,6 +5,7 @@ state; ``serve`` puts an env behind an OpenEnv server; ``download`` fetches data
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import sys
@@ -177,17 +178,18 @@ def audit(args: argparse.Namespace) -> int:
 
     try:
         env_id, env_kwargs = env_from_args(args)
-        report = audit_env(
-            env_id,
-            env_kwargs,
-            episodes=args.episodes,
-            group_size=args.group_size,
-            max_steps=args.max_steps,
-            history_length=args.history_length,
-            seed=args.seed,
-            policy=args.policy,
-            progress=print_progress,
-        )
+        with contextlib.redirect_stdout(sys.stderr):  # what envs print would corrupt --json
+            report = audit_env(
+                env_id,
+                env_kwargs,
+                episodes=args.episodes,
+                group_size=args.group_size,
+                max_steps=args.max_steps,
+                history_length=args.history_length,
+                seed=args.seed,
+                policy=args.policy,
+                progress=print_progress,
+            )
     except (*BAD_ENV, AuditError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

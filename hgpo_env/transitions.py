@@ -27,9 +27,13 @@ def _mix(x: np.ndarray) -> np.ndarray:
 
 
 def _dense(*columns: np.ndarray) -> np.ndarray:
-    """Dense codes of the rows' tuples of integer columns: equal tuples, equal codes."""
-    stacked = np.stack([np.asarray(c).astype(np.uint64, copy=False) for c in columns], axis=1)
-    return np.unique(stacked, axis=0, return_inverse=True)[1].reshape(-1)
+    """Dense codes of the rows' tuples of integer columns: equal tuples, equal codes. Column by
+    column, the codes so far and the next column's pair into one int64 (both are < n)."""
+    codes = np.zeros(len(columns[0]), dtype=np.int64)
+    for column in columns:
+        values = np.unique(np.asarray(column), return_inverse=True)[1].reshape(-1)
+        codes = np.unique(codes * (int(values.max(initial=0)) + 1) + values, return_inverse=True)[1].reshape(-1)
+    return codes
 
 
 def _sizes(codes: np.ndarray) -> np.ndarray:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-import byo_envs  # noqa: F401  (registers the Test* envs)
+import byo_envs  # registers the Test* envs
 import gymnasium as gym
 import pytest
 
@@ -58,6 +58,11 @@ def test_showing_what_is_carried_removes_most_but_not_all_aliasing():
     assert all(side["successor"].startswith("You walk") for side in sides)
 
 
+def test_what_an_env_prints_does_not_reach_the_json(capsys):
+    report = run_json(["TestChatty-v0", "--episodes", "4", "--max-steps", "3"], capsys)
+    assert report["env_id"] == "TestChatty-v0" and report["steps"] > 0
+
+
 def test_members_that_start_different_tasks_are_named():
     report = audit_env("TestGlobalLockbox-v0", episodes=8, group_size=4, max_steps=5)
     assert report.task_group_problems and "members started different tasks" in report.task_group_problems[0]
@@ -91,6 +96,15 @@ class Broken(Silent):
         raise RuntimeError("the game files are missing")
 
 
+class Chatty(byo_envs.Dial):
+    """Prints to stdout as it plays, as some third-party envs do (minigrid's BabyAI levels)."""
+
+    def step(self, action):
+        print("Sampling rejected: unreachable object")
+        return super().step(action)
+
+
+hgpo_env.register_text_env("TestChatty-v0", Chatty, byo_envs.SPEC)
 hgpo_env.register_text_env(
     "TestSilent-v0", Silent, TextEnvSpec(family="silent", intro="You wait.", admissible=lambda raw: [])
 )

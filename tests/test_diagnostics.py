@@ -122,3 +122,40 @@ def test_the_logged_grouping_describes_the_returns_the_update_used():
         "grouping/level0/nonzero_share"
     ] == pytest.approx(0.0)  # what the logs described before
     assert metrics["advantage/std"] == pytest.approx(float(credit.advantages.std()))
+
+
+def aliased_batch() -> StepBatch:
+    """Two rollouts reach state B by different routes (A then B, C then B); the same action at B
+    leads to D in one and E in the other, so B's key hides state. Level 1 tells them apart."""
+    a, b, c, d, e, use, go = 1, 2, 3, 4, 5, 7, 8
+    n = 4
+    empty = np.zeros(0)
+    return StepBatch(
+        group_id=np.zeros(n, np.int64),
+        traj_id=np.array([0, 0, 1, 1]),
+        step=np.array([0, 1, 0, 1]),
+        reward=np.array([0.0, 10.0, 0.0, 0.0]),
+        invalid=np.zeros(n, bool),
+        fingerprints=np.array([[a, 0], [b, 100], [c, 0], [b, 200]], np.uint64),
+        next_state=np.array([b, d, b, e], np.uint64),
+        action_key=np.array([go, use, go, use], np.uint64),
+        outcome=np.array(["won", "won", "lost", "lost"]),
+        prompt_ids=[np.zeros(1, np.int32)] * n,
+        response_ids=[np.zeros(1, np.int32)] * n,
+        choices=[None] * n,
+        episodes=Episodes(empty, empty, [], [], empty, empty, empty, empty, empty, empty, empty),
+    )
+
+
+def test_the_logs_say_whether_the_keys_see_the_state_and_warn_once(capsys, monkeypatch):
+    monkeypatch.setattr("hgpo_train.diagnostics._warned", set())
+    batch = aliased_batch()
+    for estimator in ("hgpo", "gigpo", "gigpo", "crbc"):
+        config = AdvantageConfig(estimator=estimator)
+        metrics = credit_metrics(batch, batch.credit(config), config)
+        assert metrics["keys/level0/aliased_share"] == pytest.approx(2 / 4)  # B's two visits
+        assert metrics["keys/level1/aliased_share"] == 0.0  # of the 2 rows showing level 1
+        assert metrics["keys/merging/eligible_share"] == 0.0  # one action per key
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split(":")[1].split()[0] for line in err] == ["gigpo", "crbc"]  # once each, not for hgpo
+    assert "50% of visits went elsewhere" in err[0] and "python -m hgpo_env audit" in err[0]
