@@ -10,8 +10,8 @@ mini-batch size), the same seeds, the same model, prompt (K = 2) and decoding. O
 ``advantage.estimator`` differs (GraphGPO with its graph returns' base 0.1, as in the estimator
 study). Env steps are not fixed (episodes end when won), so each method's mean is reported.
 
-* ``rooms-shown``: Rooms from configs/rooms_demo.yaml with ``show_carried``: observations reveal
-  the state (the study's control).
+* ``rooms-shown``: Rooms from configs/rooms_demo.yaml with ``show_carried``: observations show what
+  the agent carries (the study's control; what lies in other rooms stays hidden).
 * ``rooms-hidden``: the same Rooms as it is, where what the agent carries is not shown (the
   study's hidden-state setting).
 * ``twx-coin``: TextWorld-Express's coin game (real game text, 5 locations with doors) from
