@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from hgpo_env.transitions import mix64
 from hgpo_train.advantage import (
     AdvantageConfig,
     CRBCSettings,
@@ -39,15 +40,6 @@ from hgpo_train.advantage import (
 
 GROUPS_PER_BATCH = 16
 ROLLOUTS_PER_GROUP = 8
-
-
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64 finaliser (uint64 arithmetic wraps)."""
-    x = x ^ (x >> np.uint64(30))
-    x = x * np.uint64(0xBF58476D1CE4E5B9)
-    x = x ^ (x >> np.uint64(27))
-    x = x * np.uint64(0x94D049BB133111EB)
-    return x ^ (x >> np.uint64(31))
 
 
 def synthetic_batch(
@@ -77,15 +69,15 @@ def synthetic_batch(
 
     # level k of step t hashes states t-k..t; missing (0) when t < k
     keys = np.zeros((levels + 1, n_rollouts, max_steps), dtype=np.uint64)
-    h = _mix(walk.astype(np.uint64) + np.uint64(1))
+    h = mix64(walk.astype(np.uint64) + np.uint64(1))
     keys[0] = np.maximum(h, 1)  # 0 is reserved for "missing"
     for k in range(1, levels + 1):
-        h = _mix(h[:, 1:] ^ (_mix(walk[:, :-k].astype(np.uint64) + np.uint64(k)) * np.uint64(31)))
+        h = mix64(h[:, 1:] ^ (mix64(walk[:, :-k].astype(np.uint64) + np.uint64(k)) * np.uint64(31)))
         keys[k, :, k:] = np.maximum(h, 1)
 
     after = np.empty_like(keys[0])  # the state each step led to; past the horizon a state of its own
     after[:, :-1] = keys[0][:, 1:]
-    after[:, -1] = np.maximum(_mix(walk[:, -1].astype(np.uint64) + np.uint64(states + 1)), 1)
+    after[:, -1] = np.maximum(mix64(walk[:, -1].astype(np.uint64) + np.uint64(states + 1)), 1)
     step = np.arange(max_steps)
     mask = step[None, :] < length[:, None]
     reward = np.where(won[:, None] & (step[None, :] == length[:, None] - 1), 10.0, 0.0)

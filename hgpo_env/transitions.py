@@ -17,7 +17,7 @@ import numpy as np
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
-def _mix(x: np.ndarray) -> np.ndarray:
+def mix64(x: np.ndarray) -> np.ndarray:
     """splitmix64's finaliser: a bijection of uint64 that spreads every input bit."""
     x = x ^ (x >> np.uint64(30))
     x = x * np.uint64(0xBF58476D1CE4E5B9)
@@ -32,7 +32,9 @@ def _dense(*columns: np.ndarray) -> np.ndarray:
     codes = np.zeros(len(columns[0]), dtype=np.int64)
     for column in columns:
         values = np.unique(np.asarray(column), return_inverse=True)[1].reshape(-1)
-        codes = np.unique(codes * (int(values.max(initial=0)) + 1) + values, return_inverse=True)[1].reshape(-1)
+        codes = np.unique(codes * (int(values.max(initial=0)) + 1) + values, return_inverse=True)[1].reshape(
+            -1
+        )
     return codes
 
 
@@ -59,7 +61,7 @@ def history_keys(rollouts: np.ndarray, states: np.ndarray, actions: np.ndarray) 
     r, s, a = rollouts[order], np.asarray(states, np.uint64)[order], np.asarray(actions, np.uint64)[order]
     first = np.ones(len(r), dtype=bool)
     first[1:] = r[1:] != r[:-1]
-    step = _mix(s * _GOLDEN + np.uint64(1)) ^ _mix(a + _GOLDEN)  # what one step contributes
+    step = mix64(s * _GOLDEN + np.uint64(1)) ^ mix64(a + _GOLDEN)  # what one step contributes
     keys = np.empty(len(r), dtype=np.uint64)
     starts = np.flatnonzero(first)
     lengths = np.diff(np.append(starts, len(r)))
@@ -67,8 +69,8 @@ def history_keys(rollouts: np.ndarray, states: np.ndarray, actions: np.ndarray) 
     for position in range(int(lengths.max(initial=0))):  # one pass per step position, not per row
         live = lengths > position
         rows = starts[live] + position
-        keys[rows] = _mix(running[live] * _GOLDEN ^ _mix(s[rows] + np.uint64(position)))
-        running[live] = _mix(running[live] ^ step[rows])
+        keys[rows] = mix64(running[live] * _GOLDEN ^ mix64(s[rows] + np.uint64(position)))
+        running[live] = mix64(running[live] ^ step[rows])
     out = np.empty_like(keys)
     out[order] = keys
     return out
