@@ -23,6 +23,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from multiprocessing.connection import Connection
 from typing import Any, ClassVar
 
+from hgpo_env.orphans import exit_with_parent
 from hgpo_env.vector.host import EnvHost, EnvSpec, Reply, sendable
 from hgpo_env.vector.workers import WorkerFailure, Workers
 
@@ -31,22 +32,6 @@ CLOSE_TIMEOUT = 5.0
 FLUSH_INTERVAL = 0.05
 """Seconds a worker may hold finished replies to send them together (one message per env costs
 more than a fast env's step)."""
-ORPHAN_EXIT_CODE = 70
-"""A worker's exit code when it ends itself because its parent died."""
-
-
-def exit_with_parent() -> None:
-    """Watch the parent from a daemon thread and end this process the moment it is gone (a
-    spawned child's first call: a killed parent leaves no orphan)."""
-    parent = multiprocessing.parent_process()
-    if parent is None:
-        return
-
-    def watch() -> None:
-        multiprocessing.connection.wait([parent.sentinel])
-        os._exit(ORPHAN_EXIT_CODE)  # no cleanup: the main thread may be stuck inside an env
-
-    threading.Thread(target=watch, name="hgpo-parent-watchdog", daemon=True).start()
 
 
 def _send_replies(conn: Connection, replies: list[Reply]) -> None:
