@@ -18,6 +18,7 @@ import hgpo_env
 from hgpo_env.arguments import read_value
 from hgpo_env.memory import DEFAULT_HISTORY_LENGTH
 from hgpo_env.registration import MissingExtraError, import_env_module
+from hgpo_env.serve.options import ServerOptions
 
 DOWNLOADABLE = ("alfworld", "webshop")
 
@@ -78,34 +79,6 @@ def env_from_args(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     return env_id, parse_env_kwargs(args.env_kwargs)
 
 
-def server_settings_problem(args: argparse.Namespace) -> str | None:
-    """One line for server settings that could serve nothing, else None."""
-    if not 0 < args.port < 2**16:
-        return f"--port {args.port}: a TCP port is 1 to 65535"
-    if args.ssl_keyfile and not args.ssl_certfile:
-        return "--ssl-keyfile needs --ssl-certfile"
-    for flag, path in (("--ssl-certfile", args.ssl_certfile), ("--ssl-keyfile", args.ssl_keyfile)):
-        if path and not Path(path).is_file():
-            return f"{flag} {path}: no such file"
-    for flag, value in (
-        ("--max-sessions", args.max_sessions),
-        ("--limit-concurrency", args.limit_concurrency),
-    ):
-        if value is not None and value < 1:
-            return f"{flag} {value}: it must be at least 1"
-    seconds = (
-        ("--session-timeout", args.session_timeout),
-        ("--keep-alive", args.keep_alive),
-        ("--request-timeout", args.request_timeout),
-        ("--send-timeout", args.send_timeout),
-        ("--shutdown-grace", args.shutdown_grace),
-    )
-    for flag, value in seconds:
-        if value is not None and not value > 0:
-            return f"{flag} {value}: it must be a positive number of seconds"
-    return None
-
-
 BAD_ENV = (gym.error.Error, ValueError, TypeError, FileNotFoundError, MissingExtraError)
 """What a bad env id or env argument raises: reported in one line."""
 
@@ -119,32 +92,11 @@ def serve(args: argparse.Namespace) -> int:
     from hgpo_env.serve.auth import read_token
 
     try:
-        problem = server_settings_problem(args)
+        problem = ServerOptions.from_args(args).problem()
         if problem:
             raise ValueError(problem)
         env_id, env_kwargs = env_from_args(args)
-        run_server(
-            env_id,
-            env_kwargs,
-            host=args.host,
-            port=args.port,
-            max_sessions=args.max_sessions,
-            session_timeout=args.session_timeout,
-            threads=args.threads,
-            token=read_token(args.token_file),
-            insecure=args.insecure,
-            allow=args.allow or (),
-            http_sessions=args.http_sessions,
-            keep_alive=args.keep_alive,
-            limit_concurrency=args.limit_concurrency,
-            allow_origins=args.allow_origin or (),
-            ssl_certfile=args.ssl_certfile,
-            ssl_keyfile=args.ssl_keyfile,
-            request_timeout=args.request_timeout,
-            max_pending_per_address=args.max_pending_per_address,
-            send_timeout=args.send_timeout,
-            shutdown_grace=args.shutdown_grace,
-        )
+        run_server(env_id, env_kwargs, ServerOptions.from_args(args, token=read_token(args.token_file)))
     except BAD_ENV as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -260,84 +212,11 @@ def main(argv: list[str] | None = None) -> int:
         "env_kwargs", nargs="*", metavar="key=value", help="env arguments, fixed for every session"
     )
     server.add_argument(
-        "--allow",
-        action="append",
-        metavar="KEY[=LOW..HIGH]",
-        help="an env argument clients may set at reset, within bounds if given (repeat it)",
-    )
-    server.add_argument(
-        "--allow-origin",
-        action="append",
-        metavar="ORIGIN",
-        help="a browser origin (https://host:port) whose WebSocket upgrades are accepted; browsers' others are refused (repeat it)",
-    )
-    server.add_argument(
-        "--host",
-        default="127.0.0.1",
-        help="address to bind; one other machines reach needs a token (or --insecure)",
-    )
-    server.add_argument(
         "--token-file",
         default=None,
         help="file holding the bearer token every request must carry (default: $HGPO_SERVE_TOKEN, if set)",
     )
-    server.add_argument(
-        "--insecure",
-        action="store_true",
-        help="serve a non-loopback address without a token (a trusted network only)",
-    )
-    server.add_argument("--port", type=int, default=8000)
-    server.add_argument(
-        "--ssl-certfile", default=None, help="serve https and wss with this certificate (PEM)"
-    )
-    server.add_argument(
-        "--ssl-keyfile", default=None, help="the certificate's private key (PEM), if not in --ssl-certfile"
-    )
-    server.add_argument("--max-sessions", type=int, default=64, help="concurrent episodes at most")
-    server.add_argument(
-        "--session-timeout", type=float, default=None, help="reclaim sessions idle this long (s)"
-    )
-    server.add_argument(
-        "--keep-alive", type=float, default=5.0, help="close idle HTTP connections after this long (s)"
-    )
-    server.add_argument(
-        "--request-timeout",
-        type=float,
-        default=10.0,
-        help="close a connection whose request headers are not complete this long after they start (s)",
-    )
-    server.add_argument(
-        "--max-pending-per-address",
-        type=int,
-        default=32,
-        help="connections one client address may hold before their request headers are complete",
-    )
-    server.add_argument(
-        "--send-timeout",
-        type=float,
-        default=30.0,
-        help="drop a WebSocket whose replies have waited this long unread (s)",
-    )
-    server.add_argument(
-        "--shutdown-grace",
-        type=float,
-        default=10.0,
-        help="on SIGTERM or SIGINT, exit within this long whatever the clients do (s)",
-    )
-    server.add_argument(
-        "--limit-concurrency",
-        type=int,
-        default=None,
-        help="answer 503 beyond this many connections and tasks at once",
-    )
-    server.add_argument(
-        "--http-sessions",
-        action="store_true",
-        help="also serve OpenEnv's HTTP /reset, /step, /state and /mcp routes (outside --max-sessions)",
-    )
-    server.add_argument(
-        "--threads", action="store_true", help="step sessions in threads (for envs that wait on Java engines)"
-    )
+    ServerOptions.add_arguments(server)
     panel = commands.add_parser(
         "panel", help="print an evaluation split's task panel: task ids, task keys and their hash"
     )

@@ -40,6 +40,7 @@ from hgpo_env.serve.connections import GoneClientsUnlogged, guarded_protocol, un
 from hgpo_env.serve.frames import FrameGuard, stop_checker
 from hgpo_env.serve.guards import BodyLimit, OriginCheck
 from hgpo_env.serve.idle import IdleClose
+from hgpo_env.serve.options import ServerOptions
 from hgpo_env.serve.wire import MAX_RESPONSE_CHARS, HGPOAction, HGPOObservation, info_to_wire
 
 logger = logging.getLogger(__name__)
@@ -375,33 +376,14 @@ def build_app(
 
 
 def serve(
-    env_id: str,
-    env_kwargs: Mapping[str, Any] | None = None,
-    *,
-    host: str = "127.0.0.1",
-    port: int = 8000,
-    max_sessions: int = 64,
-    session_timeout: float | None = None,
-    threads: bool = False,
-    token: str | None = None,
-    insecure: bool = False,
-    allow: Sequence[str] = (),
-    http_sessions: bool = False,
-    keep_alive: float = 5.0,
-    limit_concurrency: int | None = None,
-    allow_origins: Sequence[str] = (),
-    ssl_certfile: str | None = None,
-    ssl_keyfile: str | None = None,
-    request_timeout: float = 10.0,
-    max_pending_per_address: int = 32,
-    send_timeout: float = 30.0,
-    shutdown_grace: float = 10.0,
+    env_id: str, env_kwargs: Mapping[str, Any] | None = None, options: ServerOptions = ServerOptions()
 ) -> None:
     """Serve until SIGINT or SIGTERM, which stop taking sessions, close the open ones and exit
-    within ``shutdown_grace`` seconds whatever the clients do (sessions still busy then are
+    within ``options.shutdown_grace`` seconds whatever the clients do (sessions still busy then are
     cancelled); print one line with the URL once sessions are accepted, and one on the signal.
     A ``host`` other machines can reach needs a ``token``, or ``insecure``; ``ssl_certfile`` (and
     ``ssl_keyfile``) serve ``https``/``wss``, so the token does not cross the network in clear text.
+    :class:`~hgpo_env.serve.options.ServerOptions` lists every option with its default.
 
     WebSocket frames are capped at :data:`MAX_FRAME_BYTES` and never compressed: with
     permessage-deflate, 15 KB on the wire inflated to 15 MB and held every session for seconds.
@@ -409,40 +391,44 @@ def serve(
     address may hold ``max_pending_per_address`` connections that have not; a WebSocket whose
     replies wait unread for ``send_timeout`` seconds is dropped
     (:mod:`~hgpo_env.serve.connections`)."""
-    check_bind(host, token, insecure)
+    o = options
+    problem = o.problem()
+    if problem:
+        raise ValueError(problem)
+    check_bind(o.host, o.token, o.insecure)
     app = build_app(
         env_id,
         env_kwargs,
-        max_sessions=max_sessions,
-        session_timeout=session_timeout,
-        threads=threads,
-        token=token,
-        allow=allow,
-        http_sessions=http_sessions,
-        allow_origins=allow_origins,
+        max_sessions=o.max_sessions,
+        session_timeout=o.session_timeout,
+        threads=o.threads,
+        token=o.token,
+        allow=o.allow,
+        http_sessions=o.http_sessions,
+        allow_origins=o.allow_origins,
     )
-    http = guarded_protocol(request_timeout, max_pending_per_address)
+    http = guarded_protocol(o.request_timeout, o.max_pending_per_address)
     config = uvicorn.Config(
         app,
-        host=host,
-        port=port,
+        host=o.host,
+        port=o.port,
         log_level="warning",
         http=http,
-        ws=unread_replies_dropped(send_timeout),
+        ws=unread_replies_dropped(o.send_timeout),
         ws_max_size=MAX_FRAME_BYTES,
         ws_per_message_deflate=False,
-        timeout_keep_alive=keep_alive,
-        timeout_graceful_shutdown=shutdown_grace,
-        limit_concurrency=limit_concurrency,
-        ssl_certfile=ssl_certfile,
-        ssl_keyfile=ssl_keyfile,
+        timeout_keep_alive=o.keep_alive,
+        timeout_graceful_shutdown=o.shutdown_grace,
+        limit_concurrency=o.limit_concurrency,
+        ssl_certfile=o.ssl_certfile,
+        ssl_keyfile=o.ssl_keyfile,
     )
     logging.getLogger("uvicorn.error").addFilter(GoneClientsUnlogged())
-    scheme = "https" if ssl_certfile else "http"
-    ready = f"serving {import_env_module(env_id)} at {scheme}://{host}:{port} ({max_sessions} sessions"
-    ready += ", token required)" if token else ", no token)"
+    scheme = "https" if o.ssl_certfile else "http"
+    ready = f"serving {import_env_module(env_id)} at {scheme}://{o.host}:{o.port} ({o.max_sessions} sessions"
+    ready += ", token required)" if o.token else ", no token)"
     try:
-        _AnnouncingServer(config, ready, shutdown_grace, http).run()
+        _AnnouncingServer(config, ready, o.shutdown_grace, http).run()
     finally:
         stop_checker()
 
