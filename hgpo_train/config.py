@@ -265,12 +265,13 @@ class LoggingConfig(Section):
     """Show a progress bar with live metrics."""
 
 
-CPU_SETTINGS: dict[str, Any] = {
-    "vllm_sync_backend": "gloo",  # no NCCL or CUDA IPC
-    "attn_implementation": "sdpa",  # no flash-attn kernels
-    "vllm_enforce_eager": True,  # no CUDA graphs
+CPU_SETTINGS: dict[str, tuple[Any, str]] = {
+    "vllm_sync_backend": ("gloo", "no NCCL or CUDA IPC on CPUs"),
+    "attn_implementation": ("sdpa", "no flash-attn kernels on CPUs"),
+    "vllm_enforce_eager": (True, "no CUDA graphs on CPUs"),
 }
-"""What ``openrlhf.device: cpu`` sets whatever the config says; engines and DeepSpeed also never sleep there."""
+"""What ``openrlhf.device: cpu`` sets, and why; a config that sets one of them otherwise is refused.
+Engines and DeepSpeed also never sleep there."""
 
 
 class OpenRLHFConfig(Section):
@@ -334,9 +335,16 @@ class OpenRLHFConfig(Section):
 
     @model_validator(mode="after")
     def _on_device(self) -> OpenRLHFConfig:
-        """A CPU run with :data:`CPU_SETTINGS` applied, whatever the file says."""
+        """A CPU run with :data:`CPU_SETTINGS` applied; one the config set otherwise is refused,
+        not replaced behind the user's back."""
         if self.device == "cpu":
-            for key, value in CPU_SETTINGS.items():
+            for key, (value, why) in CPU_SETTINGS.items():
+                given = getattr(self, key)
+                if key in self.model_fields_set and given != value:
+                    raise ValueError(
+                        f"device=cpu sets {key}={value!r} ({why}), but the config sets {key}={given!r}: "
+                        f"remove {key}, or run on GPUs"
+                    )
                 setattr(self, key, value)
         return self
 

@@ -486,13 +486,19 @@ def test_cpu_mode_sets_what_cpus_lack_and_names_its_environment(tmp_path, capsys
     from hgpo_train.openrlhf.worker_setup import FP32_VAR
 
     cpu_config = "configs/openrlhf_rooms_cpu.yaml"
-    overrides = ["openrlhf.vllm_sync_backend=nccl", "openrlhf.attn_implementation=flash_attention_2"]
-    config, cluster = load_run(cpu_config, overrides)
+    config, cluster = load_run(PAPER_CONFIGS[0], ["openrlhf.device=cpu"])  # a GPU config on CPUs
     assert (cluster.vllm_sync_backend, cluster.attn_implementation, cluster.vllm_enforce_eager) == (
         "gloo",
         "sdpa",
         True,
     )
+    # a value the user set and CPU mode would override is refused, not replaced silently
+    with pytest.raises(
+        ConfigError, match=r"device=cpu sets vllm_sync_backend='gloo' .* sets vllm_sync_backend='nccl'"
+    ):
+        load_run(cpu_config, ["openrlhf.vllm_sync_backend=nccl"])
+    assert load_run(cpu_config, ["openrlhf.attn_implementation=sdpa"])[1].attn_implementation == "sdpa"
+    config, cluster = load_run(cpu_config)
     argv = openrlhf_argv(config, cluster, checkpoint_dir="c", final_dir="f")
     assert "--train.colocate_all" in argv and not {"--vllm.enable_sleep", "--ds.enable_sleep"} & set(argv)
     # fp32, which OpenRLHF's parser refuses: launched as bf16, made fp32 in every process of the run
