@@ -6,7 +6,7 @@ env, writing the resolved config, metrics (JSONL, TensorBoard), checkpoints and 
 stops at the next safe point with a checkpoint, Ctrl-C at once, and either says where the run
 can go on from. Both backends read this one command line
 and the same config; ``--backend openrlhf`` runs OpenRLHF's launcher on a Ray cluster instead of
-this machine's loop (``hgpo_train.openrlhf.cli``).
+this machine's loop (``hgpo_train.openrlhf.backend``).
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             args.config, args.overrides, env=args.env, model=args.model, ray_address=ray_address
         )
         if openrlhf:
-            from hgpo_train.openrlhf.settings import validate_cluster
+            from hgpo_train.openrlhf.checks import validate_cluster
 
             validate_cluster(config)
     except ConfigError as error:
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _openrlhf(config: Config, args: argparse.Namespace) -> int:
     try:
-        from hgpo_train.openrlhf.cli import run
+        from hgpo_train.openrlhf.backend import run
     except ModuleNotFoundError as missing:
         print(
             f"error: the openrlhf backend's packages are not in this Python ({sys.executable}; no "

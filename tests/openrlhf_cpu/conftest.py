@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from hgpo_train.openrlhf.cli import installed
+from hgpo_train.openrlhf.backend import installed
 
 REPO = Path(__file__).resolve().parents[2]
 CPU_CONFIG = REPO / "configs" / "openrlhf_rooms_cpu.yaml"
@@ -34,7 +34,7 @@ def warm_model(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The CPU config's tiny model, fitted to a noisy expert so that steps differ in validity."""
     from warm_start import warm_tiny_model
 
-    from hgpo_train.openrlhf.settings import load_run
+    from hgpo_train.openrlhf.checks import load_run
 
     config, _ = load_run(CPU_CONFIG)
     return warm_tiny_model(config, tmp_path_factory.mktemp("warm") / "model")

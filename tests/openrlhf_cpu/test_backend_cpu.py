@@ -21,8 +21,8 @@ from conftest import CPU_CONFIG
 from openrlhf_checks import RECORDS, logprob_mismatch, verdicts
 
 from hgpo_train.advantage import compute_advantages
-from hgpo_train.openrlhf.cli import run_paths, train
-from hgpo_train.openrlhf.settings import load_run
+from hgpo_train.openrlhf.backend import run_paths, train
+from hgpo_train.openrlhf.checks import load_run
 from hgpo_train.tracking import read_metrics
 
 ITERATIONS, SKIPPED = 5, 3

@@ -26,7 +26,7 @@ from hgpo_train.config import UpdateConfig
 from hgpo_train.loss import ppo_loss
 from hgpo_train.openrlhf import cpu
 from hgpo_train.openrlhf.arguments import openrlhf_argv, resolve
-from hgpo_train.openrlhf.settings import load_run
+from hgpo_train.openrlhf.checks import load_run
 from hgpo_train.update import forward_logprobs, make_micro_batch
 
 SAMPLES = 6
