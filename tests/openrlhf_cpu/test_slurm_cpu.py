@@ -146,6 +146,7 @@ def job(slurm: SlurmCluster, warm_model: str) -> Iterator[Job]:
         "train.eval_every=0",
         "generation.constrained=false",
         "logging.tensorboard=false",
+        "advantage.estimator=crbc",  # the estimator matters not to the stops: CRBC through this backend too
     ]
     submitted = subprocess.run(command, env=env, capture_output=True, text=True, check=False, cwd=REPO)
     assert submitted.returncode == 0, submitted.stderr
@@ -189,6 +190,8 @@ def test_the_metrics_hold_every_iteration_once(job: Job) -> None:
     logged = job.iterations()
     assert logged == list(range(1, len(logged) + 1)), logged  # no gap, no duplicate
     assert len(logged) >= phases(job)[-1].resumed_from
+    for row in read_metrics(job.run / "metrics.jsonl"):  # CRBC's figures and the keys' in every one
+        assert 0.0 <= row["crbc/nonzero_step_credit_share"] <= 1.0 and "keys/level0/aliased_share" in row
 
 
 def test_the_job_has_a_ray_temp_dir_of_its_own_and_leaves_no_process(job: Job) -> None:
