@@ -332,5 +332,7 @@ def test_missing_columns_are_named():
         step_credit(*args, states, None, config, action_keys=actions)
     with pytest.raises(ValueError, match="crbc estimator needs fingerprints"):
         step_credit(*args, None, None, config, action_keys=actions, won=cols["won"])
+    with pytest.raises(ValueError, match="action_keys: keys has 1 rows, expected 3"):
+        step_credit(*args, states, None, config, action_keys=actions[:1], won=cols["won"])
     with pytest.raises(ValueError, match="won must hold only 0/1"):
         step_credit(*args, states, None, config, action_keys=actions, won=[0, 2, 0])

@@ -79,7 +79,8 @@ class _Process:
     def internal(self) -> np.ndarray:
         return self.successor < self.anchors
 
-    def mean_over_visits(self, codes: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
+    @staticmethod
+    def mean_over_visits(codes: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
         """Per code, the mean of ``values`` over the rows with that code."""
         return np.bincount(codes, weights=values, minlength=size) / np.bincount(codes, minlength=size)
 
@@ -96,13 +97,17 @@ class _Process:
 
 
 def _process(rows: Rows) -> _Process:
+    """The rows' empirical process, after checking the columns CRBC reads."""
     fingerprints = rows.state_keys("crbc")
     if rows.action_keys is None:
         raise ValueError("the crbc estimator needs each step's action key (action_keys, info['action_key'])")
     if rows.won is None:
         raise ValueError("the crbc estimator needs the env's won flag per step (won, info['won'])")
     n = len(rows)
-    actions = as_fingerprints(rows.action_keys, n)[:, 0]
+    try:
+        actions = as_fingerprints(rows.action_keys, n)[:, 0]
+    except ValueError as error:  # its message names fingerprints
+        raise ValueError(f"action_keys: {error}".replace("fingerprints", "keys")) from None
     won = float_column(rows.won, "won", n)
     if not np.isin(won, (0.0, 1.0)).all():
         raise ValueError("won must hold only 0/1 (or booleans)")
