@@ -301,7 +301,11 @@ def test_crbc_trains_an_iteration_and_logs_what_its_closure_saw(tmp_path):
             "crbc/nonzero_step_credit_share",
         ]
         assert all(0.0 <= metrics[name] <= 1.0 for name in evidence)
-        assert result.batch.episodes.won.any() and metrics["crbc/nonzero_step_credit_share"] > 0
+        if result.batch.episodes.won.any():  # 3 of 4 rollouts here; random play wins most of the time
+            assert metrics["crbc/nonzero_step_credit_share"] > 0
+        else:  # no success anywhere: no step credit, CRBC is GRPO exactly (the spec's property)
+            grpo = reference_advantages(result.batch, replace(trainer.config.advantage, estimator="grpo"))
+            assert metrics["crbc/nonzero_step_credit_share"] == 0 and (result.advantages == grpo).all()
         assert (
             metrics["keys/merging/all_rollouts_share/closure"]
             >= metrics["keys/merging/all_rollouts_share/k0"]
