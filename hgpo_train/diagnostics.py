@@ -125,7 +125,7 @@ def key_metrics(batch: StepBatch) -> dict[str, float]:
     (``keys/merging/eligible_share``: visits at a key where two or more actions were taken; of
     those, ``all_rollouts_share/k0`` and ``/closure``: the share whose key every rollout of the
     group visited, or reaches through the transitions)."""
-    rollouts = batch.group_id * (int(batch.traj_id.max(initial=0)) + 1) + batch.traj_id
+    rollouts = batch.rows.rollouts
     states = batch.fingerprints[:, 0]
     histories = history_keys(rollouts, states, batch.action_key)
     out = {}
