@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import psutil
@@ -42,33 +43,47 @@ class RayNode:
         env: dict[str, str] | None = None,
         hide: Path | None = None,
     ) -> None:
+        self.name, self.restarts, self.is_head = name, 0, head_port is not None
         temp_dir = tmp / name
         temp_dir.mkdir()
-        command = [*RAY_CLI, "start", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1"]
-        command += [f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}", f"--temp-dir={temp_dir}"]
-        # nodes on one machine need ports of their own where Ray's defaults are fixed numbers
-        command += [f"--dashboard-agent-listen-port={free_port()}", f"--metrics-export-port={free_port()}"]
+        self._options = [*RAY_CLI, "start", "--block", "--disable-usage-stats", "--node-ip-address=127.0.0.1"]
+        self._options += [f"--num-cpus={num_cpus}", f"--num-gpus={num_gpus}", f"--temp-dir={temp_dir}"]
         if head_port is None:
-            command += [f"--address={join}"]
+            self._options += [f"--address={join}"]
         else:
-            command += ["--head", f"--port={head_port}", f"--ray-client-server-port={free_port()}"]
+            self._options += ["--head", f"--port={head_port}", f"--ray-client-server-port={free_port()}"]
             if dashboard_port is None:
-                command += ["--include-dashboard=false"]
+                self._options += ["--include-dashboard=false"]
             else:
-                command += ["--include-dashboard=true", "--dashboard-host=127.0.0.1"]
-                command += [f"--dashboard-port={dashboard_port}"]
-        if hide is not None:
-            mount = f"mount -t tmpfs none {shlex.quote(str(hide))} && exec {shlex.join(command)}"
-            command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", mount]
+                self._options += ["--include-dashboard=true", "--dashboard-host=127.0.0.1"]
+                self._options += [f"--dashboard-port={dashboard_port}"]
+        self._hide, self._env = hide, {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **(env or {})}
         self.log = tmp / f"{name}.log"
-        with self.log.open("w") as log:
+        self._start()
+
+    def _start(self) -> None:
+        # nodes on one machine need ports of their own where Ray's defaults are fixed numbers
+        command = [*self._options, f"--dashboard-agent-listen-port={free_port()}"]
+        command += [f"--metrics-export-port={free_port()}"]
+        if self._hide is not None:
+            mount = f"mount -t tmpfs none {shlex.quote(str(self._hide))} && exec {shlex.join(command)}"
+            command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", mount]
+        with self.log.open("a") as log:
             self.process = subprocess.Popen(
-                command,
-                start_new_session=True,
-                env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **(env or {})},
-                stdout=log,
-                stderr=subprocess.STDOUT,
+                command, start_new_session=True, env=self._env, stdout=log, stderr=subprocess.STDOUT
             )
+
+    def restart(self) -> None:
+        """Start a node whose ``ray start`` exited again, on fresh ports (a port another process
+        took between ``free_port`` and Ray's bind is a race no test can close)."""
+        self.kill()
+        self.restarts += 1
+        self._start()
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The last lines of what ``ray start`` printed, under the node's name."""
+        tail = self.log.read_text(errors="replace").splitlines()[-lines:]
+        return "\n".join([f"--- {self.name}: {self.log}", *tail])
 
     def pids(self) -> set[int]:
         try:
@@ -103,9 +118,16 @@ def wait_for_head(address: str, timeout: float = 60.0) -> None:
         time.sleep(1)
 
 
-def wait_for_nodes(dashboard: str, count: int, timeout: float = 90.0) -> None:
+def wait_for_nodes(
+    dashboard: str, count: int, *, starting: Sequence[RayNode] = (), timeout: float = 300.0
+) -> None:
     """Return once exactly ``count`` nodes are alive in the cluster whose dashboard is ``dashboard``
-    (Ray's state API: ``ray status`` goes on listing a killed node for minutes)."""
+    (Ray's state API: ``ray status`` goes on listing a killed node for minutes).
+
+    A node joins in ~20 s on an idle 2-core machine and several times that on a busy one, so the
+    wait is long. A joining node in ``starting`` whose process exits is started again once; a
+    second exit (or a head's) fails the wait at once, and any failure shows those nodes' logs.
+    """
     from ray.util.state import list_nodes
 
     deadline = time.monotonic() + timeout
@@ -116,5 +138,13 @@ def wait_for_nodes(dashboard: str, count: int, timeout: float = 90.0) -> None:
             states = [repr(error)]
         if states.count("ALIVE") == count:
             return
-        assert time.monotonic() < deadline, f"the cluster did not come to {count} live nodes: {states}"
+        exited = [node for node in starting if node.process.poll() is not None]
+        for node in [n for n in exited if not n.restarts and not n.is_head]:
+            print(f"Ray node {node.name} exited while joining; starting it again:\n{node.log_tail()}")
+            node.restart()
+            exited.remove(node)
+        if exited or time.monotonic() > deadline:
+            why = f"{', '.join(n.name for n in exited)} exited" if exited else f"not after {timeout:.0f} s"
+            logs = "\n".join(node.log_tail() for node in starting)
+            raise AssertionError(f"the cluster did not come to {count} live nodes ({why}): {states}\n{logs}")
         time.sleep(1)

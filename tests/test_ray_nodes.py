@@ -30,14 +30,18 @@ from hgpo_env.vector import GroupedEnvPool, PoolError
 PROBE = "pool_test_envs:Probe-v0"
 
 
-def wait_for_new_node(known: set[str], timeout: float = 60.0) -> str:
-    """The id of a live node not in ``known``, once Ray lists one."""
+def wait_for_new_node(known: set[str], joining: RayNode, timeout: float = 300.0) -> str:
+    """The id of a live node not in ``known``, once Ray lists one: long on a busy machine, at
+    once (with its log) if ``joining`` exits first."""
     deadline = time.monotonic() + timeout
     while True:
         new = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] not in known]
         if new:
             return new[0]
-        assert time.monotonic() < deadline, f"the new Ray node did not join: {ray.nodes()}"
+        assert joining.process.poll() is None, f"the new Ray node exited:\n{joining.log_tail()}"
+        assert time.monotonic() < deadline, (
+            f"the new Ray node did not join: {ray.nodes()}\n{joining.log_tail()}"
+        )
         time.sleep(0.5)
 
 
@@ -53,7 +57,7 @@ def cluster() -> Iterator[tuple[list[RayNode], str, Path]]:
         nodes.append(RayNode(tmp, "second", 2, join=address))
         job = ray.job_config.JobConfig(code_search_path=[TESTS_DIR, REPO_DIR])
         ray.init(address=address, job_config=job)
-        wait_for_new_node({ray.get_runtime_context().get_node_id()})
+        wait_for_new_node({ray.get_runtime_context().get_node_id()}, nodes[1])
         yield nodes, address, tmp
     finally:
         ray.shutdown()
@@ -106,7 +110,7 @@ def test_lost_node_ends_only_its_episodes(cluster: tuple[list[RayNode], str, Pat
 
         known = {n["NodeID"] for n in ray.nodes()}
         nodes.append(RayNode(tmp, "third", 1, join=address))  # capacity comes back
-        wait_for_new_node(known)
+        wait_for_new_node(known, nodes[-1])
         pool.reset()
         assert -1 not in pool.worker_pids()
         assert [r.info["state_text"] for r in pool.step({i: "tick" for i in range(8)})] == ["Count 1."] * 8
