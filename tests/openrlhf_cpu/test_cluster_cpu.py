@@ -97,19 +97,24 @@ def command(warm_model: str, run: Path, *overrides: str) -> list[str]:
     ]
 
 
-def refused(cluster: Cluster, driver: list[str]) -> tuple[str, float]:
-    """Run a driver on the cluster that must stop with exit 2: its last line, and how long it took."""
-    started = time.monotonic()
+REFUSAL_LIMIT_S = 600
+"""How long a refused driver may run: its start (imports, the cluster's totals) takes a minute or
+two on a busy 2-core machine; the placement wait it must not do is set far above this."""
+
+
+def refused(cluster: Cluster, driver: list[str]) -> str:
+    """Run a driver on the cluster that must stop with exit 2 without waiting for placement (its
+    wait is set to 3 x REFUSAL_LIMIT_S, so a driver that waited times out here): its last line."""
     done = subprocess.run(
-        driver,
+        [*driver, f"openrlhf.placement_timeout_s={3 * REFUSAL_LIMIT_S}"],
         env={**os.environ, "RAY_ADDRESS": cluster.address},
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=REFUSAL_LIMIT_S,
         check=False,
     )
     assert done.returncode == 2, done.stderr[-3000:]
-    return done.stderr.strip().splitlines()[-1], time.monotonic() - started
+    return done.stderr.strip().splitlines()[-1]
 
 
 def test_a_node_without_the_shared_storage_is_named_before_training(
@@ -118,14 +123,14 @@ def test_a_node_without_the_shared_storage_is_named_before_training(
     hidden = RayNode(cluster.tmp, "no-storage", 1, join=cluster.address, hide=shared)
     try:
         wait_for_nodes(cluster.dashboard, 3, starting=[hidden])
-        last, took = refused(cluster, command(warm_model, shared / "unseen"))
+        last = refused(cluster, command(warm_model, shared / "unseen"))
     finally:
         hidden.kill()
     named = re.findall(r"node [\d.]+:\d+ ", last)
     assert last.startswith(f"error: {named[0]}cannot see the driver's run folder {shared / 'unseen'} "), last
     assert len(named) == 1, "only the node without the storage is named"
     assert "storage every node of the Ray cluster mounts" in last
-    assert not (shared / "unseen" / "checkpoints").exists() and took < 240
+    assert not (shared / "unseen" / "checkpoints").exists()
 
 
 def test_a_run_no_node_has_room_for_is_refused_in_one_line(
@@ -135,7 +140,7 @@ def test_a_run_no_node_has_room_for_is_refused_in_one_line(
     once the controller and the policy bundle are placed, even with the cluster idle: Ray would
     wait for ever, the run refuses at once (not after openrlhf.placement_timeout_s)."""
     wait_for_nodes(cluster.dashboard, 2)  # the storage test's third node is gone
-    last, took = refused(
+    last = refused(
         cluster,
         command(warm_model, shared / "unplaceable", "env.num_workers=1", "openrlhf.env_actor_cpus=2.5"),
     )
@@ -143,16 +148,16 @@ def test_a_run_no_node_has_room_for_is_refused_in_one_line(
         "error: the run needs 4.5 CPU and 1 GPU, and env worker 0 fits no node of the Ray cluster even "
         "when it is idle: its 2 nodes have 5 CPU and 2 GPU in all ("
     ), last
-    assert last.count(" CPU, ") == 2 and took < 100  # each node's resources; no placement wait
+    assert last.count(" CPU, ") == 2  # each node's resources
 
 
 def test_a_run_bigger_than_the_cluster_is_refused_in_seconds(
     cluster: Cluster, shared: Path, warm_model: str
 ) -> None:
     """4 ranks on 2 nodes of 1 logical GPU each: no wait can place it, so there is none (the
-    placement timeout, 120 s by default, is not waited for)."""
+    placement timeout is not waited for)."""
     wait_for_nodes(cluster.dashboard, 2)
-    last, took = refused(
+    last = refused(
         cluster,
         command(
             warm_model,
@@ -164,7 +169,6 @@ def test_a_run_bigger_than_the_cluster_is_refused_in_seconds(
     )
     assert last.startswith("error: the run needs ") and "4 GPU" in last, last
     assert "its 2 nodes have 5 CPU and 2 GPU in all" in last, last
-    assert took < 100, f"{took:.0f} s: it waited for the placement timeout"
 
 
 ITERATIONS = 6  # the stop lands in iteration 3: margin for a fast machine
