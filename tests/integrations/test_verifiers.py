@@ -183,3 +183,13 @@ def test_bad_input_is_one_line(group, monkeypatch):
         assign_step_credit([])
     message = import_error_without(monkeypatch, "integrations.verifiers.env", "verifiers")
     assert message == "this integration needs verifiers: pip install -e '.[verifiers]'"
+
+
+def test_a_module_id_env_gives_tasks_keyed_as_the_env_keys_them():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # byo_envs, as a user's module
+    config = HGPOTasksetConfig(id="hgpo-verifiers", env="byo_envs:TestLockbox-v0", first_seed=3)
+    tasks = list(load_environment(HGPOEnvConfig(taskset=config)).taskset.take(2))
+    env = gym.make("byo_envs:TestLockbox-v0")
+    for seed, task in zip((3, 4), tasks, strict=True):
+        prompt, info = env.reset(seed=seed)
+        assert (task.data.prompt, task.key, task.data.info["seed"]) == (prompt, str(info["task_key"]), seed)
