@@ -52,6 +52,9 @@ def trace_steps(trace: Any, *, history_length: int = 2, success_reward: float = 
         history_length: K, for traces whose keys are computed: levels 0..K.
         success_reward: such a trace succeeded (``won``, CRBC's success) when its reward reaches this.
     """
+    if trace.has_error:
+        why = f" ({trace.last_error.type}: {trace.last_error.message})" if trace.last_error else ""
+        raise ValueError(f"trace {trace.id} did not finish cleanly{why}: leave it out of the group")
     nodes = tuple(i for i, node in enumerate(trace.nodes) if node.sampled)
     if not nodes:
         raise ValueError(f"trace {trace.id} has no model turns: nothing to credit")

@@ -179,6 +179,10 @@ def test_bad_input_is_one_line(group, monkeypatch):
     empty.nodes = [node for node in empty.nodes if not node.sampled]
     with pytest.raises(ValueError, match=rf"^trace {empty.id} has no model turns: nothing to credit$"):
         trace_steps(empty)
+    failed = group[0].model_copy(deep=True)
+    failed.ok, failed.errors = False, [vf.Error(type="ProviderError", message="upstream closed")]
+    with pytest.raises(ValueError, match=r"did not finish cleanly \(ProviderError: upstream closed\)"):
+        assign_step_credit([group[1], failed])
     with pytest.raises(ValueError, match=r"^assign_step_credit needs at least one trace$"):
         assign_step_credit([])
     message = import_error_without(monkeypatch, "integrations.verifiers.env", "verifiers")
