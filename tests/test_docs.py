@@ -5,7 +5,6 @@ that exist."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shlex
@@ -19,7 +18,6 @@ import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scripted_model import scripted_model
 from serve_helpers import running_server
 
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
@@ -41,6 +39,10 @@ NOT_RUN = {
         "integrations/verl.md",
         2,
     ): "needs verl, which has its own environment: run by tests/integrations/test_verl.py",
+    (
+        "integrations/verifiers.md",
+        1,
+    ): "needs verifiers, which has its own environment: tests/integrations/test_verifiers.py runs it",
     (
         "integrations/verifiers.md",
         2,
@@ -114,23 +116,21 @@ def test_python_example_runs(example: Example, tmp_path):
         assert old in code
         code = code.replace(old, new)
     script = tmp_path / "example.py"  # a file, not -c: pool workers are spawned and import __main__
-    with contextlib.ExitStack() as stack:
-        if "http://127.0.0.1:8000" in code:  # a client example: against a server of its own
-            url, _ = stack.enter_context(running_server("HGPO-Rooms-v0", "history_length=2"))
-            code = code.replace("http://127.0.0.1:8000", url)
-        if "http://127.0.0.1:8001/v1" in code:  # a model's endpoint: the scripted model stands in
-            code = code.replace("http://127.0.0.1:8001/v1", stack.enter_context(scripted_model()))
+    if "http://127.0.0.1:8000" in code:  # a client example: against a server of its own
+        with running_server("HGPO-Rooms-v0", "history_length=2") as (url, _):
+            script.write_text(code.replace("http://127.0.0.1:8000", url))
+            run = subprocess.run(
+                [sys.executable, str(script)],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+            )
+    else:
         script.write_text(code)
-        # this environment's executables first (verifiers' harnesses run uv)
-        path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
         run = subprocess.run(
-            [sys.executable, str(script)],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-            env={**os.environ, "PATH": path},
+            [sys.executable, str(script)], cwd=REPO, capture_output=True, text=True, timeout=300, check=False
         )
     assert run.returncode == 0, f"{example_id(example)}:\n{code}\n{run.stderr[-3000:]}"
 

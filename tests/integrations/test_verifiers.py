@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from integrations.verifiers import (
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scripted_model import scripted_model
 
+REPO = Path(__file__).resolve().parents[2]
 ENV_KWARGS = {"history_length": 2, "max_steps": 6, **ROOMS}
 ROLLOUTS = 3
 
@@ -197,3 +200,26 @@ def test_a_module_id_env_gives_tasks_keyed_as_the_env_keys_them():
     for seed, task in zip((3, 4), tasks, strict=True):
         prompt, info = env.reset(seed=seed)
         assert (task.data.prompt, task.key, task.data.info["seed"]) == (prompt, str(info["task_key"]), seed)
+
+
+def test_the_docs_script_runs_as_written(tmp_path):
+    """docs/integrations/verifiers.md's script (this environment's, not the docs test's: it needs
+    verifiers), its model URL pointed at the scripted model."""
+    page = (REPO / "docs/integrations/verifiers.md").read_text()
+    code = re.findall(r"^```python\n(.*?)^```", page, re.DOTALL | re.MULTILINE)[0]
+    assert "http://127.0.0.1:8001/v1" in code
+    script = tmp_path / "example.py"
+    with scripted_model() as url:
+        script.write_text(code.replace("http://127.0.0.1:8001/v1", url))
+        run = subprocess.run(
+            [sys.executable, str(script)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+            env={**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"},
+        )
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stdout.strip().splitlines()
+    assert len(lines) == 4 and all(line.split()[1] in ("True", "False") for line in lines), run.stdout
