@@ -20,13 +20,8 @@ import sys
 from pathlib import Path
 
 try:
-    from hgpo_train.config import (
-        Config,
-        ConfigError,
-        describe_options,
-        dotted_flags_as_overrides,
-        load_config,
-    )
+    from hgpo_train.config import Config, ConfigError, load_config
+    from hgpo_train.config_keys import describe_options, dotted_flags_as_overrides
     from hgpo_train.stopping import STOPPED_EXIT, StopRequested, request_stop, running, stopped_line
     from hgpo_train.tracking import read_metrics
 except ModuleNotFoundError as missing:  # a core-only install, or a Python without hgpo: name the fix
@@ -45,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Config keys, settable in the YAML file, as section.field=value or as --section.field "
-        "value (the openrlhf: section is read by --backend openrlhf only):\n\n" + describe_options(),
+        "value (the openrlhf: section is read by --backend openrlhf only):\n\n" + describe_options(Config),
     )
     parser.add_argument(
         "--backend",
@@ -101,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(dotted_flags_as_overrides(sys.argv[1:] if argv is None else argv))
+    args = parser.parse_args(dotted_flags_as_overrides(sys.argv[1:] if argv is None else argv, Config))
     openrlhf = args.backend == "openrlhf"
     if not openrlhf and (args.ray_address or args.dry_run or args.verbose):
         parser.error("--ray-address, --dry-run and --verbose are options of --backend openrlhf")

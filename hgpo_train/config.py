@@ -1,4 +1,5 @@
-"""Run configuration: one typed model for both backends, YAML files and dotted overrides.
+"""Run configuration: one typed model for both backends, YAML files and dotted overrides (read
+by :mod:`hgpo_train.config_keys`).
 
 A run is resolved in this order, each layer overriding the one before:
 
@@ -17,15 +18,12 @@ from __future__ import annotations
 
 import difflib
 import json
-import typing
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     NonNegativeFloat,
@@ -36,25 +34,14 @@ from pydantic import (
     model_validator,
 )
 
-from hgpo_env.arguments import read_value, read_yaml
 from hgpo_env.memory import DEFAULT_HISTORY_LENGTH
+from hgpo_train import config_keys
 from hgpo_train.advantage import AdvantageConfig, CRBCSettings
+from hgpo_train.config_keys import CommaList, ConfigError
 
 ENV_IDS = {"rooms": "HGPO-Rooms-v0", "alfworld": "HGPO-ALFWorld-v0", "webshop": "HGPO-WebShop-v0"}
 BACKEND_SECTION = "openrlhf"
 """The section only ``--backend openrlhf`` reads."""
-
-
-class ConfigError(ValueError):
-    """A configuration that cannot run: unknown key, wrong type, or an impossible value."""
-
-
-def _split_commas(value: Any) -> Any:
-    """``a,b`` on the command line is the list ``[a, b]``."""
-    return [part.strip() for part in value.split(",") if part.strip()] if isinstance(value, str) else value
-
-
-CommaList = Annotated[list[str], BeforeValidator(_split_commas)]
 
 
 class Section(BaseModel):
@@ -425,138 +412,6 @@ def check_env_name(name: str) -> None:
         )
 
 
-def dotted_flags_as_overrides(argv: list[str]) -> list[str]:
-    """``--section.field value`` and ``--section.field=value`` as ``section.field=value``, as
-    OpenRLHF and SkyRL users type keys; a flag with no value after it is ``true``."""
-    sections = frozenset(Config.model_fields)
-    out: list[str] = []
-    tokens = iter(range(len(argv)))
-    for i in tokens:
-        token = argv[i]
-        key, sep, value = token[2:].partition("=")
-        if not (token.startswith("--") and key.split(".")[0] in sections and "." in key):
-            out.append(token)
-            continue
-        if not sep:
-            following = argv[i + 1] if i + 1 < len(argv) else None
-            if following is None or (following.startswith("--") and not _is_number(following)):
-                value = "true"
-            else:
-                value = following
-                next(tokens)
-        out.append(f"{key}={value}")
-    return out
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """``section.field=value`` -> (key, value); the value is read by :func:`read_value`, except
-    that a text field keeps the text as typed (``model.name_or_path=123``)."""
-    key, sep, raw = text.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise ConfigError(f"override {text!r} must look like section.field=value")
-    if _field_at(key) is str:
-        return key, raw
-    try:
-        return key, read_value(raw)
-    except ValueError as error:
-        raise ConfigError(f"{key}: {error}") from None
-
-
-def _field_at(key: str) -> Any:
-    """The annotation at dotted ``key`` (a dict field takes any sub-key); unknown keys and
-    sections set as values raise :class:`ConfigError`."""
-    model: Any = Config
-    parts = key.split(".")
-    for depth, part in enumerate(parts):
-        fields = _fields(model)
-        if part not in fields:
-            raise _unknown(".".join(parts[: depth + 1]), sorted(fields))
-        model = fields[part]
-        if _is_section(model):
-            continue
-        if depth < len(parts) - 1 and getattr(model, "__origin__", None) is not dict:
-            raise ConfigError(f"{'.'.join(parts[: depth + 1])} is a value, not a section")
-        return model
-    raise ConfigError(
-        f"{key} is a section; set one of its fields, e.g. {key}.{next(iter(_fields(model)))}=..."
-    )
-
-
-def _fields(model: Any) -> dict[str, Any]:
-    if isinstance(model, type) and issubclass(model, BaseModel):
-        return {name: info.annotation for name, info in model.model_fields.items()}
-    return typing.get_type_hints(model)  # a dataclass's annotations may be strings
-
-
-def _is_section(annotation: Any) -> bool:
-    return isinstance(annotation, type) and (
-        issubclass(annotation, BaseModel) or hasattr(annotation, "__dataclass_fields__")
-    )
-
-
-def _unknown(key: str, known: list[str]) -> ConfigError:
-    close = difflib.get_close_matches(key.rsplit(".", 1)[-1], known, n=3)
-    hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(known)}"
-    return ConfigError(f"unknown config key {key!r}{hint}")
-
-
-def _one_line(error: ValidationError) -> ConfigError:
-    """pydantic's first complaint as one line that names the key."""
-    first = error.errors(include_url=False)[0]
-    key = ".".join(str(part) for part in first["loc"])
-    if first["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
-        parent: Any = Config
-        for part in first["loc"][:-1]:
-            parent = _fields(parent)[part]
-        return _unknown(key, sorted(_fields(parent)))
-    message = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "value_error":  # a check of ours: its message names the keys
-        return ConfigError(f"{key}: {message}" if key else message)
-    return ConfigError(f"{key}: {message[0].lower()}{message[1:]} (got {first['input']!r})")
-
-
-def _merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in update.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
-def _set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
-    """Set ``a.b.c`` in a nested dict."""
-    node = tree
-    *sections, name = key.split(".")
-    for part in sections:
-        node = node.setdefault(part, {})
-    node[name] = value
-
-
-def read_config_file(path: str | Path) -> dict[str, Any]:
-    """The nested sections of a YAML run config; errors are one line."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
-    try:
-        tree = read_yaml(path.read_text()) or {}
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{path}: not valid YAML: {' '.join(str(error).split())}") from None
-    if not isinstance(tree, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping of sections")
-    return tree
-
-
 def load_config(
     path: str | Path | None = None,
     overrides: list[str] | tuple[str, ...] = (),
@@ -566,56 +421,27 @@ def load_config(
     ray_address: str | None = None,
 ) -> Config:
     """Resolve a run config from defaults, the env preset, a YAML file and overrides."""
-    tree = read_config_file(path) if path is not None else {}
+    tree = config_keys.read_config_file(path) if path is not None else {}
     cli: dict[str, Any] = {}
     for text in overrides:
-        _set_dotted(cli, *parse_override(text))
+        config_keys.set_dotted(cli, *config_keys.parse_override(text, Config))
     for key, value in (
         ("env.name", env),
         ("model.name_or_path", model),
         ("openrlhf.ray_address", ray_address),
     ):
         if value is not None:
-            _set_dotted(cli, key, value)
+            config_keys.set_dotted(cli, key, value)
     name = cli.get("env", {}).get("name") or (tree.get("env") or {}).get("name") or EnvConfig().name
     check_env_name(name)
     preset: dict[str, Any] = {}
     short = {env_id: short for short, env_id in ENV_IDS.items()}.get(name, name)
     for key, value in ENV_PRESETS.get(short, {}).items():
-        _set_dotted(preset, key, value)
+        config_keys.set_dotted(preset, key, value)
     # a config is data: validated as JSON in strict mode, so ``true`` is no 1, ``"3"`` no 3 and
     # ``3.0`` no 3 (Python's lax mode takes all three); what YAML reads beyond JSON, a date, is text
-    resolved = json.dumps(_merge(_merge(preset, tree), cli), default=str)
+    resolved = json.dumps(config_keys.merge(config_keys.merge(preset, tree), cli), default=str)
     try:
         return Config.model_validate_json(resolved, strict=True)
     except ValidationError as error:
-        raise _one_line(error) from None
-
-
-def describe_options() -> str:
-    """Every config key with its type, default and help line (its docstring), for ``--help``."""
-    schema, defaults = Config.model_json_schema(), Config()
-    lines = []
-    for section, reference in schema["properties"].items():
-        definition = schema["$defs"][reference["$ref"].rsplit("/", 1)[-1]]
-        lines.append(f"{section}:  {definition.get('description', '').strip().splitlines()[0]}")
-        for name, field in definition["properties"].items():
-            default = getattr(getattr(defaults, section), name)
-            doc = " ".join(field.get("description", "").split())
-            lines.append(
-                f"  {section}.{name} ({_type_name(field)}, default {default!r})" + (f": {doc}" if doc else "")
-            )
-    return "\n".join(lines)
-
-
-def _type_name(field: Mapping[str, Any]) -> str:
-    """A field's JSON-schema type as a short word (``integer``, ``grpo|gigpo``, ``number|null``)."""
-    if "enum" in field:
-        return "|".join(map(str, field["enum"]))
-    if "const" in field:
-        return str(field["const"])
-    if "anyOf" in field:
-        return "|".join(_type_name(option) for option in field["anyOf"])
-    if field.get("type") == "array":
-        return f"list[{_type_name(field.get('items', {}))}]"
-    return field.get("type", "any")
+        raise config_keys.one_line(error, Config) from None

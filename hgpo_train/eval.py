@@ -31,7 +31,8 @@ import torch
 from hgpo_env.panel import Panel, PanelError, panel_from_episodes
 from hgpo_env.vector import GroupedEnvPool
 from hgpo_train.checkpoint import latest_checkpoint
-from hgpo_train.config import Config, ConfigError, describe_options, dotted_flags_as_overrides, load_config
+from hgpo_train.config import Config, ConfigError, load_config
+from hgpo_train.config_keys import describe_options, dotted_flags_as_overrides
 from hgpo_train.modeling import resolve_device
 from hgpo_train.policy import build_generator, load_run_policy
 from hgpo_train.provenance import run_info
@@ -292,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m hgpo_train.eval",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="config keys (section.field=value):\n" + describe_options(),
+        epilog="config keys (section.field=value):\n" + describe_options(Config),
     )
     parser.add_argument(
         "--run", type=Path, help="a training run folder: its config.yaml and latest checkpoint"
@@ -305,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "overrides", nargs="*", help="section.field=value, e.g. eval.tasks=[0,1,2] eval.seeds=[0]"
     )
-    args = parser.parse_args(dotted_flags_as_overrides(sys.argv[1:] if argv is None else argv))
+    args = parser.parse_args(dotted_flags_as_overrides(sys.argv[1:] if argv is None else argv, Config))
     if args.run is not None and not (args.run / "config.yaml").is_file():
         print(f"error: --run {args.run}: not a training run folder (no config.yaml)", file=sys.stderr)
         return 2

@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from hgpo_train.__main__ import build_parser, main
-from hgpo_train.config import ConfigError, describe_options, load_config
+from hgpo_train.config import Config, ConfigError, load_config
+from hgpo_train.config_keys import describe_options
 from hgpo_train.resume import config_changes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -177,7 +178,7 @@ def test_g2po_configs_are_its_scripts():
 
 def test_help_explains_every_key():
     text = build_parser().format_help()
-    for line in describe_options().splitlines():
+    for line in describe_options(Config).splitlines():
         if line.startswith("  "):
             key = line.split()[0]
             assert key in text
