@@ -209,16 +209,12 @@ def test_the_docs_script_runs_as_written(tmp_path):
     code = re.findall(r"^```python\n(.*?)^```", page, re.DOTALL | re.MULTILINE)[0]
     assert "http://127.0.0.1:8001/v1" in code
     script = tmp_path / "example.py"
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"  # this environment's uv
     with scripted_model() as url:
         script.write_text(code.replace("http://127.0.0.1:8001/v1", url))
+        command, env = [sys.executable, str(script)], {**os.environ, "PATH": path}
         run = subprocess.run(
-            [sys.executable, str(script)],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            check=False,
-            env={**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"},
+            command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600, check=False
         )
     assert run.returncode == 0, run.stderr[-3000:]
     lines = run.stdout.strip().splitlines()
