@@ -88,40 +88,48 @@ class HGPOEnv(vf.Env[HGPOEnvConfig]):
                     "task's prompt: the env is not deterministic in its seed"
                 )
             turns: list[dict[str, Any]] = []
-            total, terminated = 0.0, False
+            terminated = False
             async with agents.agent.interaction(task) as interaction:
                 segment = await interaction.turn()
                 while not segment.terminated:
-                    fingerprints = [int(f) for f in info["fingerprints"]]
+                    shown = info["fingerprints"]
                     prompt, reward, terminated, truncated, info = await asyncio.to_thread(
                         env.step, segment.last_reply
                     )
-                    total += float(reward)
-                    turns.append(
-                        {
-                            "fingerprints": fingerprints,
-                            "action_key": int(info["action_key"]),
-                            "next_state": int(info["fingerprints"][0]),
-                            "reward": float(reward),
-                            "invalid": not info["action_valid"],
-                        }
-                    )
+                    turns.append(_turn(shown, float(reward), info))
                     if terminated or truncated:
                         break
                     segment = await interaction.turn(prompt)
-            trace = interaction.trace
-            trace.info["hgpo"] = {
-                "task_key": int(task.data.info["task_key"]),
-                "won": bool(info["won"]),
-                "score": float(info["score"]),
-                "truncated": not terminated,  # by the env's step limit or verifiers' turn limit
-                "turns": turns,
-            }
-            trace.record_reward("env_reward", total)
-            trace.record_metric("won", float(info["won"]))
-            trace.record_metric("invalid_steps", float(sum(t["invalid"] for t in turns)))
+            _record(interaction.trace, int(task.data.info["task_key"]), turns, info, terminated)
         finally:
             await asyncio.to_thread(env.close)
+
+
+def _turn(shown: Any, reward: float, info: Mapping[str, Any]) -> dict[str, Any]:
+    """One assistant turn's entry of ``trace.info["hgpo"]["turns"]`` (:data:`TURN_FIELDS`)."""
+    return {
+        "fingerprints": [int(key) for key in shown],
+        "action_key": int(info["action_key"]),
+        "next_state": int(info["fingerprints"][0]),
+        "reward": reward,
+        "invalid": not info["action_valid"],
+    }
+
+
+def _record(
+    trace: vf.Trace, task_key: int, turns: list[dict[str, Any]], last: Mapping[str, Any], terminated: bool
+) -> None:
+    """The episode's keys and outcome on its trace, the env's reward as the trace's reward."""
+    trace.info["hgpo"] = {
+        "task_key": task_key,
+        "won": bool(last["won"]),
+        "score": float(last["score"]),
+        "truncated": not terminated,  # by the env's step limit or verifiers' turn limit
+        "turns": turns,
+    }
+    trace.record_reward("env_reward", sum(turn["reward"] for turn in turns))
+    trace.record_metric("won", float(last["won"]))
+    trace.record_metric("invalid_steps", float(sum(turn["invalid"] for turn in turns)))
 
 
 class HGPOTaskset(vf.Taskset[HGPOTask, HGPOTasksetConfig]):
