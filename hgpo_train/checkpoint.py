@@ -133,9 +133,25 @@ def _disk_full(error: BaseException, folder: Path) -> bool:
         return False
 
 
-def clear_run_folder(run_dir: str | Path, items: tuple[str, ...]) -> None:
-    """Remove the named files and folders a run wrote into ``run_dir`` (and nothing else there)."""
-    for name in items:
+RUN_FOLDER_ITEMS = (
+    "checkpoints",
+    "config.yaml",
+    "driver.log",
+    "evals",
+    "final_model",
+    "metrics.jsonl",
+    "openrlhf.yaml",
+    "run_info.jsonl",
+    "tensorboard",
+    "tiny_model",
+)
+"""What a run of either backend writes into its folder: all that ``--overwrite`` removes."""
+
+
+def clear_run_folder(run_dir: str | Path) -> None:
+    """Remove the files and folders a run wrote into ``run_dir`` (:data:`RUN_FOLDER_ITEMS`, and
+    nothing else there)."""
+    for name in RUN_FOLDER_ITEMS:
         path = Path(run_dir) / name
         shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
 

@@ -37,6 +37,7 @@ from hgpo_train.eval import Evaluator
 from hgpo_train.generation import end_token_id
 from hgpo_train.modeling import Reference, load_policy, resolve_device
 from hgpo_train.policy import build_generator, load_run_policy
+from hgpo_train.provenance import record_start
 from hgpo_train.resume import check_resumed_config
 from hgpo_train.rollout import collect_rollouts, count_tasks, make_pool
 from hgpo_train.stopping import RolloutStopped, StopRequested, clear_stop, stop_requested
@@ -46,8 +47,6 @@ from hgpo_train.update import PolicyUpdater
 logger = logging.getLogger(__name__)
 ROLLOUT_ATTEMPTS = 3
 """Tries at an iteration's rollout when the pool raises (a reset it could not heal)."""
-RUN_FOLDER_ITEMS = ("checkpoints", "config.yaml", "evals", "metrics.jsonl", "tensorboard", "tiny_model")
-"""What a run writes into its folder: all that ``overwrite=True`` removes."""
 
 
 def iteration_seed(seed: int, iteration: int) -> int:
@@ -105,7 +104,7 @@ class Trainer:
         self.completed = 0
         """Iterations done so far, resumed ones included."""
         if overwrite:
-            clear_run_folder(self.run_dir, RUN_FOLDER_ITEMS)
+            clear_run_folder(self.run_dir)
         fresh = not self.run_dir.exists()
         try:
             self._start(config)
@@ -172,6 +171,7 @@ class Trainer:
         )
         self.evaluator = Evaluator(config, self.generator, self.tokenizer)
         (self.run_dir / "config.yaml").write_text(config.to_yaml())
+        record_start(self.run_dir, config.to_dict(), backend="local", device=str(self.device))
         self.logger = MetricsLogger(
             self.run_dir, config.logging, start_iteration=self.start_iteration, run_config=config.to_dict()
         )

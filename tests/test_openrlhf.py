@@ -469,6 +469,8 @@ def test_a_resumed_run_with_another_config_is_refused(tmp_path, capsys: pytest.C
     (run / "checkpoints" / "openrlhf" / "_actor").mkdir(parents=True)  # as OpenRLHF leaves a checkpoint
     config, _ = load_run(PAPER_CONFIGS[0], [f"train.output_dir={run}"])
     (run / "config.yaml").write_text(config.to_yaml())
+    (run / "metrics.jsonl").write_text('{"iteration": 0}\n')  # what the earlier run logged
+    (run / "tensorboard").mkdir()
     argv = ["--config", PAPER_CONFIGS[0], f"train.output_dir={run}", "advantage.estimator=gigpo"]
     assert main(["--backend", "openrlhf", *argv]) == 2
     err = capsys.readouterr().err
@@ -477,7 +479,7 @@ def test_a_resumed_run_with_another_config_is_refused(tmp_path, capsys: pytest.C
     for flag in ("--allow-config-change", "--overwrite"):
         assert main(["--backend", "openrlhf", *argv, flag]) == 2
         assert "needs vllm" in capsys.readouterr().err
-    assert not (run / "checkpoints").exists()  # --overwrite removed them
+    assert not any((run / name).exists() for name in ("checkpoints", "metrics.jsonl", "tensorboard"))
 
 
 def test_cpu_mode_sets_what_cpus_lack_and_names_its_environment(tmp_path, capsys) -> None:

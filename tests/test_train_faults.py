@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import re
 import shutil
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import yaml
 
 from hgpo_env.vector import PoolError
 from hgpo_train.__main__ import main
@@ -29,6 +31,7 @@ from hgpo_train.checkpoint import (
     save_checkpoint,
 )
 from hgpo_train.config import ConfigError, load_config
+from hgpo_train.provenance import RUN_INFO, config_hash
 from hgpo_train.stopping import StopRequested, request_stop
 from hgpo_train.tracking import read_metrics
 from hgpo_train.train import Trainer
@@ -295,10 +298,17 @@ def test_a_changed_config_is_refused_unless_asked(straight, tmp_path, capsys):
         assert "estimator: gigpo" in (run / "config.yaml").read_text()
     finally:
         resumed.close()
+    starts = [json.loads(line) for line in (run / RUN_INFO).read_text().splitlines()]
+    assert len(starts) >= 2 and {start["backend"] for start in starts} == {"local"}  # one per start
+    for stale in ("driver.log", "openrlhf.yaml", "final_model"):  # what the other backend writes
+        (run / stale).touch()
     fresh = trainer_for(run, changed, overwrite=True)
     try:
         assert fresh.start_iteration == 0 and fresh.resumed_from is None
         assert list_checkpoints(run) == [] and not (run / "metrics.jsonl").read_text()
+        assert not any((run / stale).exists() for stale in ("driver.log", "openrlhf.yaml", "final_model"))
+        (start,) = [json.loads(line) for line in (run / RUN_INFO).read_text().splitlines()]
+        assert start["config_sha256"] == config_hash(yaml.safe_load((run / "config.yaml").read_text()))
     finally:
         fresh.close()
 

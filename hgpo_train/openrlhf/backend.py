@@ -38,17 +38,6 @@ from hgpo_train.openrlhf.placement import demands
 from hgpo_train.openrlhf.resume import latest_tag, resume_args
 from hgpo_train.resume import check_resumed_config
 
-RUN_FOLDER_ITEMS = (
-    "checkpoints",
-    "final_model",
-    "config.yaml",
-    "driver.log",
-    "evals",
-    "openrlhf.yaml",
-    "run_info.jsonl",
-    "tiny_model",
-)
-"""What this backend writes into a run folder: all that --overwrite removes."""
 RAY_ENV_VARS = {
     "TOKENIZERS_PARALLELISM": "true",
     "NCCL_DEBUG": "WARN",
@@ -302,7 +291,7 @@ def train(
     if overwrite:
         from hgpo_train.checkpoint import clear_run_folder
 
-        clear_run_folder(run_dir, RUN_FOLDER_ITEMS)
+        clear_run_folder(run_dir)
     resuming = (Path(paths["checkpoint_dir"]) / "_actor").is_dir()
     if resuming and not config.train.resume:
         raise ConfigError(
