@@ -8,6 +8,7 @@ included) go to the generator in one batch, the responses step exactly those env
 from __future__ import annotations
 
 import inspect
+import logging
 import math
 import sys
 import time
@@ -20,10 +21,12 @@ import numpy as np
 
 import hgpo_env  # noqa: F401  (registers the HGPO-* ids)
 from hgpo_env.serve.auth import read_token
-from hgpo_env.vector import GroupedEnvPool
+from hgpo_env.vector import GroupedEnvPool, GroupMismatchError, PoolError
 from hgpo_train.batch import Episodes, StepBatch
 from hgpo_train.config import EnvConfig
 from hgpo_train.generation import Generation
+
+logger = logging.getLogger(__name__)
 
 
 class Generator(Protocol):
@@ -310,6 +313,43 @@ def collect_rollouts(
     batch = _to_batch(episodes)
     batch.extras["timing"] = {"env_s": time.perf_counter() - start - generate_s, "generate_s": generate_s}
     return batch
+
+
+ROLLOUT_ATTEMPTS = 3
+"""Tries at an iteration's rollout when the pool raises (a reset it could not heal)."""
+
+
+def collect_with_retries(
+    pool: GroupedEnvPool,
+    generator: Generator,
+    *,
+    label: str,
+    before_attempt: Callable[[], None] = lambda: None,
+    **options: Any,
+) -> StepBatch:
+    """:func:`collect_rollouts` (``options``), given again when the pool raises, up to
+    :data:`ROLLOUT_ATTEMPTS` times: the pool resets first, so nothing was sampled yet and the
+    retry is the same rollout (``before_attempt`` reseeds the sampler). An env that is not
+    deterministic (:class:`~hgpo_env.vector.GroupMismatchError`) is not retried: it would fail
+    again. ``label`` names the iteration in the warning."""
+    attempt = 1
+    while True:
+        before_attempt()
+        try:
+            return collect_rollouts(pool, generator, **options)
+        except GroupMismatchError:
+            raise
+        except PoolError as error:
+            if attempt == ROLLOUT_ATTEMPTS:
+                raise
+            attempt += 1
+            logger.warning(
+                "%s: the env pool failed (%s); rollout attempt %d of %d",
+                label,
+                error,
+                attempt,
+                ROLLOUT_ATTEMPTS,
+            )
 
 
 def _to_batch(episodes: list[Episode[Generation]]) -> StepBatch:

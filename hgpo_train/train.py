@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import transformers
 
-from hgpo_env.vector import GroupedEnvPool, GroupMismatchError, PoolError
+from hgpo_env.vector import GroupedEnvPool
 from hgpo_train.batch import StepBatch
 from hgpo_train.checkpoint import (
     BackgroundSave,
@@ -39,14 +39,12 @@ from hgpo_train.modeling import Reference, load_policy, resolve_device
 from hgpo_train.policy import build_generator, load_run_policy
 from hgpo_train.provenance import record_start
 from hgpo_train.resume import check_resumed_config
-from hgpo_train.rollout import collect_rollouts, count_tasks, make_pool
+from hgpo_train.rollout import collect_with_retries, count_tasks, make_pool
 from hgpo_train.stopping import RolloutStopped, StopRequested, clear_stop, stop_requested
 from hgpo_train.tracking import MetricsLogger
 from hgpo_train.update import PolicyUpdater
 
 logger = logging.getLogger(__name__)
-ROLLOUT_ATTEMPTS = 3
-"""Tries at an iteration's rollout when the pool raises (a reset it could not heal)."""
 
 
 def iteration_seed(seed: int, iteration: int) -> int:
@@ -219,9 +217,9 @@ class Trainer:
         return IterationResult(batch, advantages, metrics)
 
     def _collect(self, iteration: int, seed: int, seeds: list[int], task_ids: list[int] | None) -> StepBatch:
-        """The iteration's rollouts; a pool that raises is given the rollout again from the same
-        seed (its reset comes first, so nothing was sampled yet), so resume stays exact. A stop
-        request abandons it (:class:`RolloutStopped`)."""
+        """The iteration's rollouts (:func:`~hgpo_train.rollout.collect_with_retries`: a pool
+        that raises is given it again from the same seed, so resume stays exact). A stop request
+        abandons it (:class:`RolloutStopped`)."""
 
         def on_turn(turn: int, running: int, steps: int) -> None:
             if stop_requested(self.run_dir):
@@ -230,31 +228,16 @@ class Trainer:
                 f"rollout turn {turn}: {running}/{self.pool.num_envs} episodes running, {steps} steps"
             )
 
-        attempt = 1
-        while True:
-            torch.manual_seed(seed)
-            try:
-                return collect_rollouts(
-                    self.pool,
-                    self.generator,
-                    seeds=seeds,
-                    task_ids=task_ids,
-                    constrained=self.config.generation.constrained,
-                    on_turn=on_turn,
-                )
-            except GroupMismatchError:  # the env is not deterministic: a retry would not help
-                raise
-            except PoolError as error:
-                if attempt == ROLLOUT_ATTEMPTS:
-                    raise
-                attempt += 1
-                logger.warning(
-                    "iteration %d: the env pool failed (%s); rollout attempt %d of %d",
-                    iteration + 1,
-                    error,
-                    attempt,
-                    ROLLOUT_ATTEMPTS,
-                )
+        return collect_with_retries(
+            self.pool,
+            self.generator,
+            label=f"iteration {iteration + 1}",
+            before_attempt=lambda: torch.manual_seed(seed),
+            seeds=seeds,
+            task_ids=task_ids,
+            constrained=self.config.generation.constrained,
+            on_turn=on_turn,
+        )
 
     # ----------------------------------------------------------------- the loop
     def fit(self) -> dict[str, float]:

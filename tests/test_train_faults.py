@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import json
 import os
 import re
@@ -21,7 +22,7 @@ import psutil
 import pytest
 import yaml
 
-from hgpo_env.vector import PoolError
+from hgpo_env.vector import GroupMismatchError, PoolError
 from hgpo_train.__main__ import main
 from hgpo_train.checkpoint import (
     CheckpointError,
@@ -108,6 +109,50 @@ def test_worker_killed_between_rollouts_and_a_failing_reset_change_nothing(strai
     finally:
         flaky.close()
     assert comparable(tmp_path / "flaky") == comparable(run_dir)
+
+
+@pytest.mark.parametrize(
+    ("failure", "failures", "tries"),
+    [
+        (PoolError("reset failed"), 2, 3),
+        (PoolError("reset failed"), 3, 3),
+        (GroupMismatchError("differs"), 1, 1),
+    ],
+    ids=["healed-on-the-third", "three-failures-raise", "nondeterministic-env-not-retried"],
+)
+def test_both_backends_give_a_failed_rollout_the_same_retries(monkeypatch, caplog, failure, failures, tries):
+    """``collect_with_retries``, which the local and the OpenRLHF trainer both call: a pool fault is
+    given the rollout again (reseeded) up to three times; an env that is not deterministic is not."""
+    from hgpo_train import rollout
+
+    calls: list[dict] = []
+
+    def collect(pool, generator, **options):
+        calls.append(options)
+        if len(calls) <= failures:
+            raise failure
+        return "batch"
+
+    monkeypatch.setattr(rollout, "collect_rollouts", collect)
+    reseeded: list[int] = []
+    attempt = functools.partial(
+        rollout.collect_with_retries,
+        None,
+        None,
+        label="iteration 7",
+        before_attempt=lambda: reseeded.append(1),
+    )
+    if failures < tries:  # healed
+        assert attempt(seeds=[3]) == "batch"
+    else:
+        with pytest.raises(type(failure)):
+            attempt(seeds=[3])
+    assert calls == [{"seeds": [3]}] * tries and len(reseeded) == tries
+    warned = [r.getMessage() for r in caplog.records if "rollout attempt" in r.getMessage()]
+    assert warned == [
+        f"iteration 7: the env pool failed (reset failed); rollout attempt {i} of 3"
+        for i in range(2, tries + 1)
+    ]
 
 
 @contextlib.contextmanager

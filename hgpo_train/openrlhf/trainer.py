@@ -47,7 +47,7 @@ from hgpo_train.openrlhf.gap import gap_metrics, policy_logprobs, probe_rows, sc
 from hgpo_train.openrlhf.padding import pad_multiple
 from hgpo_train.openrlhf.resume import tag_iteration
 from hgpo_train.openrlhf.samples import step_experiences
-from hgpo_train.rollout import collect_rollouts, count_tasks, make_pool, progress_lines
+from hgpo_train.rollout import collect_with_retries, count_tasks, make_pool, progress_lines
 from hgpo_train.stopping import RolloutStopped, StopRequested, stop_requested
 from hgpo_train.tracking import MetricsLogger
 from hgpo_train.train import draw_group_tasks, iteration_seed
@@ -198,7 +198,8 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
                 batch_vllm_engine_call(self.vllm_engines, "sleep")
 
     def collect(self, iteration: int) -> StepBatch:
-        """Play one episode in every env, group seeds drawn from ``(train.seed, iteration)``."""
+        """Play one episode in every env, group seeds drawn from ``(train.seed, iteration)``; a pool
+        that raises is given the rollout again, as the local trainer does."""
         rng = np.random.default_rng(iteration_seed(self.config.train.seed, iteration))
         seeds, task_ids = draw_group_tasks(rng, self.config.env.num_groups, self.num_tasks)
         progress = progress_lines(f"iteration {iteration + 1} rollout", self.pool.num_envs)
@@ -209,9 +210,10 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
             progress(turn, running, steps)
 
         with self._engines_awake():
-            return collect_rollouts(
+            return collect_with_retries(
                 self.pool,
                 self.generator,
+                label=f"iteration {iteration + 1}",
                 seeds=seeds,
                 task_ids=task_ids,
                 constrained=self.config.generation.constrained,
