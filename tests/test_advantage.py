@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from hgpo_train.advantage import (
     AdvantageConfig,
+    Rows,
     as_fingerprints,
     compute_advantages,
     episode_scores,
@@ -481,6 +482,19 @@ def test_compute_advantages_keys_rollouts_by_group_and_traj():
     config = AdvantageConfig("gigpo", mode="mean_std_norm", step_weight=0.5)
     expected = gigpo_advantages(returns, [10.0, 10.0, 0.0, 0.0], groups, fps, "mean_std_norm", 0.5)
     assert_close(compute_advantages(rewards, trajs, groups, fps, config=config), expected, 0)
+
+
+@pytest.mark.parametrize(
+    "trajs, expected",
+    [
+        ([7, 7, 3, 9, 9], [1, 1, 0, 2, 2]),  # ids unique across the batch
+        ([0, 0, 0, 1, 0], [0, 0, 1, 2, 1]),  # ids restart in every group
+    ],
+)
+def test_rollouts_are_dense_codes_of_group_and_traj(trajs, expected):
+    rows = Rows.from_columns([0.0] * 5, trajs, [0, 0, 1, 1, 1])
+    assert len(set(zip(rows.rollouts.tolist(), expected))) == len(set(expected))  # same partition
+    assert sorted(set(rows.rollouts.tolist())) == list(range(len(set(expected))))  # dense
 
 
 # ---------------------------------------------------------------------------------------------

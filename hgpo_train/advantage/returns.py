@@ -67,6 +67,14 @@ def episode_scores(
     return np.bincount(rollout, weights=r)[rollout] - penalty
 
 
+def distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values, sorted: one in-place sort, where ``np.unique`` hashes first (10x slower here)."""
+    values.sort()
+    first = np.ones(len(values), dtype=bool)
+    np.not_equal(values[1:], values[:-1], out=first[1:])
+    return values[first]
+
+
 def graph_distances(
     group_ids: Any, states: Any, next_states: Any, success: Any
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -83,17 +91,20 @@ def graph_distances(
     after = as_fingerprints(next_states, n)[:, 0]
     done = float_column(success, "success", n) != 0
     groups = id_codes(group_ids, "group_ids", n)
-    nodes = pair_codes(np.concatenate([groups, groups]), np.concatenate([state, after]))
+    # each row's state beside its next state: the pairs stay in group order (no sort by group)
+    nodes = pair_codes(np.repeat(groups, 2), np.column_stack([state, after]).ravel()).reshape(n, 2)
     first_success = int(nodes.max(initial=-1)) + 1  # success nodes follow, one per group
     size = first_success + int(groups.max(initial=-1)) + 1
-    source = nodes[:n]
-    target = np.where(done, first_success + groups, nodes[n:])
+    source = nodes[:, 0]
+    target = np.where(done, first_success + groups, nodes[:, 1])
     node_group = np.empty(size, dtype=np.int64)
-    node_group[nodes] = np.concatenate([groups, groups])
+    node_group[nodes] = groups[:, None]
     node_group[first_success:] = np.arange(size - first_success)
 
-    sources = source[np.argsort(target, kind="stable")]  # edges into each node, as a CSR table
-    into = np.bincount(target, minlength=size)
+    # the distinct edges into each node, as a CSR table: one value sort of (target, source) words
+    edges = distinct((target.astype(np.uint64) << np.uint64(32)) | source.astype(np.uint64))
+    sources = (edges & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    into = np.bincount((edges >> np.uint64(32)).astype(np.int64), minlength=size)
     first_edge = np.cumsum(into) - into
     distance = np.full(size, -1, dtype=np.int64)
     frontier = np.arange(first_success, size)
@@ -103,7 +114,7 @@ def graph_distances(
         counts = into[frontier]
         within = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
         reached = sources[np.repeat(first_edge[frontier], counts) + within]
-        frontier = np.unique(reached[distance[reached] < 0])
+        frontier = distinct(reached[distance[reached] < 0])
         level += 1
         distance[frontier] = level
     far = np.zeros(size - first_success, dtype=np.int64)

@@ -21,7 +21,7 @@ class Rows:
     groups: np.ndarray
     """Dense task-group codes."""
     rollouts: np.ndarray
-    """Dense rollout codes, unique across the batch (a rollout is a (group, traj) pair)."""
+    """Dense rollout codes 0..R-1, unique across the batch (a rollout is a (group, traj) pair)."""
     invalid: Any
     """0/1 per row, the response was invalid, or None (no step was)."""
     fingerprints: np.ndarray | None
@@ -50,9 +50,8 @@ class Rows:
         n = len(reward)
         groups = id_codes(group_ids, "group_ids", n)
         trajs = id_codes(traj_ids, "traj_ids", n)
-        rollouts = groups * (int(trajs.max(initial=0)) + 1) + trajs
         fp = None if fingerprints is None else as_fingerprints(fingerprints, n)
-        return cls(reward, groups, rollouts, invalid, fp, next_states, action_keys, won)
+        return cls(reward, groups, rollout_codes(groups, trajs), invalid, fp, next_states, action_keys, won)
 
     def __len__(self) -> int:
         return len(self.reward)
@@ -76,3 +75,13 @@ class StepCredit:
     these, so they describe what the update used."""
     state_values: np.ndarray | None = None
     """crbc: V(s) of each step's anchor, the baseline its Q was compared with; None otherwise."""
+
+
+def rollout_codes(groups: np.ndarray, trajs: np.ndarray) -> np.ndarray:
+    """Dense codes of the (group, traj) pairs: the traj codes themselves when each belongs to one
+    group (ids unique across the batch, the common case), else the pairs' codes."""
+    owner = np.empty(int(trajs.max(initial=-1)) + 1, dtype=np.int64)
+    owner[trajs] = groups
+    if (owner[trajs] == groups).all():
+        return trajs
+    return id_codes(groups * len(owner) + trajs, "traj_ids")
