@@ -1,4 +1,5 @@
-"""The single-machine training loop: rollout -> advantages -> PPO update -> checkpoint -> eval.
+"""The single-machine backend: rollout -> advantages -> PPO update, on the shared run schedule
+(:mod:`hgpo_train.loop`).
 
 Every source of randomness of iteration ``i`` (task seeds, sampling, mini-batch order) is seeded
 from ``(train.seed, i)``, so a run killed and resumed from a checkpoint repeats exactly the
@@ -32,37 +33,19 @@ from hgpo_train.checkpoint import (
     tidy_checkpoints,
 )
 from hgpo_train.config import Config, ConfigError
-from hgpo_train.diagnostics import credit_metrics
 from hgpo_train.eval import Evaluator
 from hgpo_train.generation import end_token_id
+from hgpo_train.loop import draw_group_tasks, iteration_metrics, iteration_seed, run_iterations, timed_credit
 from hgpo_train.modeling import Reference, load_policy, resolve_device
 from hgpo_train.policy import build_generator, load_run_policy
 from hgpo_train.provenance import record_start
 from hgpo_train.resume import check_resumed_config
 from hgpo_train.rollout import collect_with_retries, count_tasks, make_pool
-from hgpo_train.stopping import RolloutStopped, StopRequested, clear_stop, stop_requested
+from hgpo_train.stopping import RolloutStopped, clear_stop, stop_requested
 from hgpo_train.tracking import MetricsLogger
 from hgpo_train.update import PolicyUpdater
 
 logger = logging.getLogger(__name__)
-
-
-def iteration_seed(seed: int, iteration: int) -> int:
-    """A 31-bit seed that depends only on the run seed and the iteration."""
-    return int(np.random.SeedSequence([seed, iteration]).generate_state(1)[0] >> 1)
-
-
-def draw_group_tasks(
-    rng: np.random.Generator, num_groups: int, num_tasks: int | None
-) -> tuple[list[int], list[int] | None]:
-    """The seeds and task ids of an iteration's groups, drawn first from the iteration's generator
-    so every backend plays the same tasks in the same iteration. An env with a task list gets
-    distinct tasks within the iteration (as verl-agent draws WebShop goals) while it has enough;
-    one without (Rooms) draws its task from the seed."""
-    seeds = rng.integers(2**31 - 1, size=num_groups).tolist()
-    if num_tasks is None:
-        return seeds, None
-    return seeds, rng.choice(num_tasks, size=num_groups, replace=num_groups > num_tasks).tolist()
 
 
 @dataclass
@@ -185,13 +168,11 @@ class Trainer:
         batch = self._collect(iteration, seed, seeds, task_ids)
         rollout_s = time.perf_counter() - start
 
-        start = time.perf_counter()
-        credit = batch.credit(self.config.advantage)
+        credit, advantage_s = timed_credit(batch, self.config.advantage)
         advantages = credit.advantages
-        advantage_s = time.perf_counter() - start
 
         start = time.perf_counter()
-        self.checkpoints.wait()  # the last iteration's checkpoint, written while this rollout ran
+        self.wait_for_save()  # the last iteration's checkpoint, written while this rollout ran
         self.status(f"update on {len(batch)} steps")
         update_metrics = self.updater.update(batch, advantages, rng)
         update_s = time.perf_counter() - start
@@ -199,22 +180,16 @@ class Trainer:
         self.generator.sync_weights(self.model)
         sync_s = time.perf_counter() - start
 
-        timing = batch.extras["timing"]
-        tokens = int(batch.prompt_lengths.sum() + batch.response_lengths.sum())
         metrics = {
-            **batch.metrics(),
-            **credit_metrics(batch, credit, self.config.advantage),
+            **iteration_metrics(batch, credit, self.config.advantage, rollout_s, advantage_s),
             **update_metrics,
-            "time/rollout_s": rollout_s,
-            "time/env_s": timing["env_s"],
-            "time/generate_s": timing["generate_s"],
-            "time/advantage_s": advantage_s,
             "time/update_s": update_s,
             "time/sync_s": sync_s,
-            "throughput/steps_per_s": len(batch) / max(rollout_s, 1e-9),
-            "throughput/tokens_per_s": tokens / max(rollout_s, 1e-9),
         }
         return IterationResult(batch, advantages, metrics)
+
+    def train_iteration(self, iteration: int) -> dict[str, float]:
+        return self.run_iteration(iteration).metrics
 
     def _collect(self, iteration: int, seed: int, seeds: list[int], task_ids: list[int] | None) -> StepBatch:
         """The iteration's rollouts (:func:`~hgpo_train.rollout.collect_with_retries`: a pool
@@ -241,59 +216,54 @@ class Trainer:
 
     # ----------------------------------------------------------------- the loop
     def fit(self) -> dict[str, float]:
-        """Run the remaining iterations; returns the last iteration's metrics.
-
-        With ``train.eval_every``, the untrained policy is evaluated first (logged as iteration 0),
-        then every ``eval_every`` iterations and after the last one. Every iteration is
-        checkpointed while the next one samples. A stop request (:mod:`hgpo_train.stopping`)
-        abandons a rollout in progress, lets an update finish, skips the evaluation and raises
-        :class:`StopRequested` once the last completed iteration is checkpointed.
-        """
+        """Run the remaining iterations on the shared schedule (:func:`~hgpo_train.loop.run_iterations`:
+        evaluations, a checkpoint per iteration, stopping at a safe point); returns the last
+        iteration's metrics."""
         cfg = self.config.train
-        metrics: dict[str, float] = {}
-        if cfg.eval_every and self.start_iteration == 0:
-            self.logger.log(0, self.evaluate(0))
         progress = _progress(cfg.iterations, self.start_iteration, self.config.logging.progress_bar)
+
+        def logged(done: int, metrics: dict[str, float]) -> None:
+            self.completed = done
+            progress.set_postfix(
+                {
+                    "success": f"{metrics.get('rollout/success_rate', 0.0):.2f}",
+                    "loss": f"{metrics.get('update/loss', 0.0):.4f}",
+                    "steps": int(metrics.get("rollout/step_samples", 0)),
+                    "s/it": f"{metrics['time/iteration_s']:.1f}",
+                }
+            )
+            progress.update(1)
+
         self.status = lambda text: progress.set_description_str(text, refresh=True)
         try:
-            for iteration in range(self.start_iteration, cfg.iterations):
-                start = time.perf_counter()
-                try:
-                    metrics = self.run_iteration(iteration).metrics
-                except RolloutStopped:
-                    self.checkpoints.wait()
-                    raise StopRequested(iteration, abandoned=True) from None
-                done = iteration + 1
-                self.save_in_background(done)
-                stop = stop_requested(self.run_dir)
-                if cfg.eval_every and not stop and (done % cfg.eval_every == 0 or done == cfg.iterations):
-                    self.status("evaluation")
-                    metrics.update(self.evaluate(done))
-                metrics["time/iteration_s"] = time.perf_counter() - start
-                self.logger.log(done, metrics)
-                self.completed = done
-                if stop or done == cfg.iterations:
-                    self.checkpoints.wait()
-                if stop and done < cfg.iterations:
-                    raise StopRequested(done)
-                progress.set_postfix(
-                    {
-                        "success": f"{metrics.get('rollout/success_rate', 0.0):.2f}",
-                        "loss": f"{metrics.get('update/loss', 0.0):.4f}",
-                        "steps": int(metrics.get("rollout/step_samples", 0)),
-                        "s/it": f"{metrics['time/iteration_s']:.1f}",
-                    }
-                )
-                progress.update(1)
+            return run_iterations(
+                self,
+                start=self.start_iteration,
+                iterations=cfg.iterations,
+                eval_every=cfg.eval_every,
+                logger=self.logger,
+                on_logged=logged,
+            )
         finally:
             self.status = _quiet
             progress.close()
-        return metrics
 
     def evaluate(self, iteration: int) -> dict[str, float]:
         """The policy after ``iteration`` on the eval panel: its metrics (``eval/``), and its results
         file in the run folder (:meth:`Evaluator.record`)."""
+        self.status("evaluation")
         return self.evaluator.record(iteration, self.run_dir).metrics("eval/")
+
+    def stop_requested(self) -> bool:
+        return stop_requested(self.run_dir)
+
+    def start_save(self, iteration: int) -> None:
+        """:meth:`save` on a thread, with the generators' states as they are now."""
+        rng = rng_states()
+        self.checkpoints.start(lambda: self.save(iteration, rng))
+
+    def wait_for_save(self) -> None:
+        self.checkpoints.wait()
 
     def save(self, iteration: int, rng: dict[str, Any] | None = None) -> Path:
         cfg = self.config.train
@@ -307,11 +277,6 @@ class Trainer:
             cfg.save_every,
             rng,
         )
-
-    def save_in_background(self, iteration: int) -> None:
-        """:meth:`save` on a thread, with the generators' states as they are now."""
-        rng = rng_states()
-        self.checkpoints.start(lambda: self.save(iteration, rng))
 
     def last_checkpoint(self) -> Path | None:
         """The newest complete checkpoint in the run folder."""

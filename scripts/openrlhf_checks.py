@@ -50,7 +50,7 @@ def verifying_trainer(skip_sync_at: int | None = None) -> Any:
                         "advantage": float(exp.advantages[k].sum() / max(float(mask[k].sum()), 1.0)),
                         "mask_tokens": int(mask[k].sum()),
                     }
-                sign = np.where(self.table.padding[index], 0.0, np.where(index % 2 == 0, 1.0, -1.0))
+                sign = np.where(index % 2 == 0, 1.0, -1.0)  # padding samples have no tokens in the mask
                 exp.advantages = torch.from_numpy(sign).float()[:, None] * mask
                 exp.returns = exp.advantages.clone()
                 num += float((exp.advantages * exp.action_log_probs.float()).sum())
@@ -74,6 +74,10 @@ def verifying_trainer(skip_sync_at: int | None = None) -> Any:
                 self.experience_maker.records = []
             return self.fixed_batch
 
+        def make_samples(self, batch: Any, advantages: Any) -> Any:
+            samples, self.layout = super().make_samples(batch, advantages)
+            return samples, self.layout
+
         def train_step(self, samples: Any, global_step: int) -> Any:
             self.skip_sync = global_step + 1 == skip_sync_at  # 0-based iteration, 1-based update
             return super().train_step(samples, global_step)
@@ -91,8 +95,8 @@ def verifying_trainer(skip_sync_at: int | None = None) -> Any:
                 "loss": [r["loss"] for r in records],
                 "reference_gap": [r["reference_gap"] for r in records],
                 "samples": records[0]["samples"],
-                "source": self.experience_maker.table.source.tolist(),
-                "padding": self.experience_maker.table.padding.tolist(),
+                "source": self.layout.source.tolist(),
+                "padding": self.layout.padding.tolist(),
                 "batch": {
                     "reward": batch.reward.tolist(),
                     "traj_id": batch.traj_id.tolist(),

@@ -138,9 +138,9 @@ def throughput(run_dir: Path, peak: dict[int, int]) -> dict[str, Any]:
         "rollout_generate_s": first["time/generate_s"],
         "rollout_env_s": first["time/env_s"],
         "make_experience_s": mean("time/make_experience_s"),
-        "ppo_update_s": mean("time/ppo_train_s"),
-        "weight_broadcast_s": mean("time/broadcast_s"),
-        "update_samples_per_s": first["rollout/step_samples"] / max(mean("time/ppo_train_s"), 1e-9),
+        "ppo_update_s": mean("time/update_s"),
+        "weight_broadcast_s": mean("time/sync_s"),
+        "update_samples_per_s": first["rollout/step_samples"] / max(mean("time/update_s"), 1e-9),
         "peak_gpu_memory_mib": peak,
     }
 

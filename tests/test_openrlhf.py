@@ -35,7 +35,7 @@ with stubbed_gpu_packages():
     from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
 
     from hgpo_train.openrlhf.experience_maker import StepAdvantageMaker
-    from hgpo_train.openrlhf.samples import step_experience, step_experiences
+    from hgpo_train.openrlhf.samples import ADVANTAGE, step_experience, step_experiences
     from hgpo_train.openrlhf.trainer import status_metrics
 
 PAPER_CONFIGS = [
@@ -100,7 +100,7 @@ def make_batch(seed: int = 0, groups: int = 3, size: int = 4, levels: int = 3) -
     )
 
 
-def make_maker(estimator: str = "hgpo", micro: int = 4) -> StepAdvantageMaker:
+def make_maker(micro: int = 4) -> StepAdvantageMaker:
     """The real experience maker with OpenRLHF's args for micro-batching and no model groups."""
     args = SimpleNamespace(
         train=SimpleNamespace(dynamic_batch_enable=False),
@@ -115,7 +115,6 @@ def make_maker(estimator: str = "hgpo", micro: int = 4) -> StepAdvantageMaker:
         SimpleNamespace(value=0.0),
         SimpleNamespace(args=args),
         SimpleNamespace(pad_token_id=0),
-        advantage_config=AdvantageConfig(estimator=estimator, mode="mean_norm"),
     )
 
 
@@ -123,22 +122,25 @@ def make_maker(estimator: str = "hgpo", micro: int = 4) -> StepAdvantageMaker:
 
 
 def test_step_experience_masks_exactly_the_response_tokens() -> None:
-    exp = step_experience(np.array([5, 6, 7]), np.array([8, 9, END]), 2.5, truncated=False)
+    exp = step_experience(np.array([5, 6, 7]), np.array([8, 9, END]), 2.5, -0.75, truncated=False)
     assert exp.sequences.tolist() == [[5, 6, 7, 8, 9, END]]
     # Entry t of OpenRLHF's action mask marks the log-prob of token t+1: here tokens 3..5.
     assert exp.action_mask.tolist() == [[False, False, True, True, True]]
     assert exp.attention_mask.sum().item() == 6 and exp.response_length.item() == 3
-    assert exp.rewards.item() == exp.info["reward"].item() == 2.5
-    pad = step_experience(np.array([5, 6, 7]), np.array([8, 9, END]), 2.5, truncated=True, padding=True)
+    assert exp.rewards.item() == exp.info["reward"].item() == 2.5 and exp.info[ADVANTAGE].item() == -0.75
+    pad = step_experience(
+        np.array([5, 6, 7]), np.array([8, 9, END]), 2.5, -0.75, truncated=True, padding=True
+    )
     assert not pad.action_mask.any() and pad.rewards.item() == 0.0 and not pad.truncated.item()
+    assert pad.info[ADVANTAGE].item() == 0.0
 
 
 def test_one_experience_per_step_padded_to_the_multiple() -> None:
     batch = make_batch()
-    samples, table = step_experiences(batch, multiple=8, end_ids=[END])
+    samples, layout = step_experiences(batch, np.zeros(len(batch)), multiple=8, end_ids=[END])
     assert len(samples) == padded_size(len(batch), 8) and len(samples) % 8 == 0
-    assert list(table.source[: len(batch)]) == list(range(len(batch)))
-    assert table.padding.sum() == len(samples) - len(batch)
+    assert list(layout.source[: len(batch)]) == list(range(len(batch)))
+    assert layout.padding.sum() == len(samples) - len(batch)
     for i, sample in enumerate(samples[: len(batch)]):
         prompt, response = batch.prompt_ids[i], batch.response_ids[i]
         assert sample.sequences[0].tolist() == [*prompt.tolist(), *response.tolist()]
@@ -146,60 +148,68 @@ def test_one_experience_per_step_padded_to_the_multiple() -> None:
     assert all(not s.action_mask.any() for s in samples[len(batch) :])
 
 
-def test_side_table_round_trips_through_openrlhf_split_and_concat() -> None:
+def test_samples_round_trip_through_openrlhf_split_and_concat() -> None:
     batch = make_batch(seed=1)
-    samples, table = step_experiences(batch, multiple=12, end_ids=[END])
+    advantages = np.arange(len(batch)) + 0.5
+    samples, layout = step_experiences(batch, advantages, multiple=12, end_ids=[END])
     micro_batches = make_maker(micro=4).split_rollout_samples(samples)  # sets index, concat_experiences
     assert all(isinstance(m, Experience) and len(m.index) == 4 for m in micro_batches)
     seen = []
     for micro in micro_batches:
-        rows = table.rows(micro.index)
+        rows = layout.source[micro.index]
         for k, (position, row) in enumerate(zip(micro.index, rows)):
             expected = [*batch.prompt_ids[row].tolist(), *batch.response_ids[row].tolist()]
             assert micro.sequences[k, : len(expected)].tolist() == expected  # right-padded by concat
             assert micro.attention_mask[k].sum().item() == len(expected)
-            if table.padding[position]:
-                assert not micro.action_mask[k].any()
+            if layout.padding[position]:
+                assert not micro.action_mask[k].any() and micro.info[ADVANTAGE][k].item() == 0.0
             else:
                 assert micro.action_mask[k].sum().item() == len(batch.response_ids[row])
                 assert micro.info["reward"][k].item() == batch.reward[row]
+                assert micro.info[ADVANTAGE][k].item() == advantages[row]
         seen.extend(micro.index)
     assert sorted(seen) == list(range(len(samples)))
-    assert (table.batch.fingerprints[table.rows(seen)] == batch.fingerprints[table.source[seen]]).all()
 
 
-def assert_experience_advantages(experiences: list[Experience], maker: StepAdvantageMaker) -> np.ndarray:
-    """The per-row advantages the maker used equal an independent computation from the batch's raw
-    columns (to 1e-9), and every real sample carries its row's on exactly its response tokens
-    (padding: 0). Returns the per-row advantages."""
-    table = maker.table
-    expected = reference_advantages(table.batch, maker.advantage_config)
-    np.testing.assert_allclose(table.credit.advantages, expected, rtol=0, atol=1e-9)
+def assert_experience_advantages(
+    experiences: list[Experience], batch: StepBatch, config: AdvantageConfig
+) -> np.ndarray:
+    """Every real sample carries, on exactly its response tokens, its row's advantage as an
+    independent computation from the batch's raw columns gives it (float32); padding samples
+    (positions past the batch's rows) carry 0. Returns the independent per-row advantages."""
+    expected = reference_advantages(batch, config)
     for exp in experiences:
         for k, position in enumerate(exp.index):
             mask = exp.action_mask[k]
-            want = 0.0 if table.padding[position] else expected[table.source[position]]
-            np.testing.assert_allclose(exp.advantages[k][mask].numpy(), want, rtol=1e-6, atol=1e-7)  # float32
+            want = expected[position] if position < len(batch) else 0.0
+            np.testing.assert_allclose(exp.advantages[k][mask].numpy(), want, rtol=1e-6, atol=1e-7)
             assert not exp.advantages[k][~mask].any()
             assert exp.returns[k].tolist() == exp.advantages[k].tolist()
-        assert exp.kl is None
-    assert sorted(i for exp in experiences for i in exp.index) == list(range(len(table)))
-    return table.credit.advantages
+            assert exp.info["return"][k].item() == pytest.approx(want, rel=1e-6, abs=1e-7)
+        assert exp.kl is None and ADVANTAGE not in exp.info  # logged once, as the return
+    return expected
 
 
 @pytest.mark.parametrize("estimator", ESTIMATORS)
 def test_advantages_in_experiences_equal_an_independent_computation(estimator: str) -> None:
-    maker = make_maker(estimator)
-    samples, maker.table = step_experiences(make_batch(seed=2), multiple=8, end_ids=[END])
-    experiences = maker.compute_advantages_and_returns(maker.split_rollout_samples(samples))
-    advantages = assert_experience_advantages(experiences, maker)
-    assert_estimator_matters(advantages, maker.table.batch, maker.advantage_config)
-
-
-def test_the_maker_refuses_to_run_without_a_side_table() -> None:
+    batch, config = make_batch(seed=2), AdvantageConfig(estimator=estimator, mode="mean_norm")
+    samples, _ = step_experiences(batch, batch.credit(config).advantages, multiple=8, end_ids=[END])
     maker = make_maker()
-    with pytest.raises(RuntimeError, match="table is not set"):
-        maker.compute_advantages_and_returns([])
+    experiences = maker.compute_advantages_and_returns(maker.split_rollout_samples(samples))
+    assert sorted(i for exp in experiences for i in exp.index) == list(range(len(samples)))
+    assert_estimator_matters(assert_experience_advantages(experiences, batch, config), batch, config)
+
+
+def test_the_maker_refuses_samples_without_an_advantage() -> None:
+    exp = step_experience(np.array([5, 6]), np.array([8, END]), 1.0, 0.5, truncated=False)
+    del exp.info[ADVANTAGE]
+    with pytest.raises(ValueError, match="without info\\['step_advantage'\\].*step_experiences"):
+        make_maker().compute_advantages_and_returns([exp])
+
+
+def test_advantages_must_match_the_rows() -> None:
+    with pytest.raises(ValueError, match="3 advantages for"):
+        step_experiences(make_batch(), np.zeros(3), multiple=8, end_ids=[END])
 
 
 # ------------------------------------------------------------------------ DP-even padding
@@ -414,10 +424,10 @@ def test_the_quiet_console_shows_the_trainer_and_logs_the_rest(tmp_path: Path) -
         sys.stderr = terminal
         try:
             with quiet_console(tmp_path, verbose=verbose):
-                print("\x1b[36m(BoundHGPOTrainer pid=12)\x1b[0m iteration 1/4, success 0.50", file=sys.stderr)
+                print("\x1b[36m(HGPOTrainer pid=12)\x1b[0m iteration 1/4, success 0.50", file=sys.stderr)
                 print("\x1b[36m(PolicyModelActor pid=13, ip=10.0.0.2)\x1b[0m Actor(", file=sys.stderr)
                 sys.stderr.write("namespace(ref=namespace(num_nodes=1")  # a line in two writes
-                sys.stderr.write("))\n(BoundVerifyingTrainer pid=14) iteration 2: update on 80 steps\n")
+                sys.stderr.write("))\n(VerifyingTrainer pid=14) iteration 2: update on 80 steps\n")
                 say("stopped on request after iteration 2, checkpointed (global_step2)")
         finally:
             sys.stderr = saved
@@ -447,14 +457,18 @@ def test_status_metrics_use_project_names() -> None:
     status = {
         "policy_loss": 0.5,
         "kl": 0.01,
+        "ppo_clip_ratio": 0.2,
         "timing/ppo_train": 3.0,
+        "timing/make_experience": 2.0,
         "rollout/reward_mean": 1.0,
         "generated_samples": ["text", 1.0],
     }
     assert status_metrics(status) == {
-        "update/policy_loss": 0.5,
-        "update/kl": 0.01,
-        "time/ppo_train_s": 3.0,
+        "update/pg_loss": 0.5,  # the names the local trainer logs the same figures under
+        "update/kl_ref": 0.01,
+        "time/update_s": 3.0,
+        "update/ppo_clip_ratio": 0.2,  # OpenRLHF's own figures under its names
+        "time/make_experience_s": 2.0,
         "update/loss": 0.5,
     }
 

@@ -157,12 +157,13 @@ def test_env_actors_engines_steps_and_groups_end_to_end(cluster: None, config: A
         len({p.split("Your task is to:")[1].split("\n")[0] for p in prompts}) == 1 for prompts in seen
     ), "each engine should serve one task group (shared prefixes)"
 
-    maker = make_maker(config.advantage.estimator)
-    samples, maker.table = step_experiences(batch, multiple=4, end_ids=[IM_END, EOS])
-    advantages = assert_experience_advantages(
-        maker.compute_advantages_and_returns(maker.split_rollout_samples(samples)), maker
+    advantages = batch.credit(config.advantage).advantages
+    samples, _ = step_experiences(batch, advantages, multiple=4, end_ids=[IM_END, EOS])
+    maker = make_maker()
+    expected = assert_experience_advantages(
+        maker.compute_advantages_and_returns(maker.split_rollout_samples(samples)), batch, config.advantage
     )
-    assert_estimator_matters(advantages, batch, maker.advantage_config)
+    assert_estimator_matters(expected, batch, config.advantage)
 
 
 def test_prompt_longer_than_max_len_is_a_clear_error(cluster: None, config: Any) -> None:
@@ -174,18 +175,23 @@ def test_prompt_longer_than_max_len_is_a_clear_error(cluster: None, config: Any)
 class RecordingTrainer(HGPOTrainer):
     """HGPOTrainer with OpenRLHF's GPU steps replaced by recorders (no DeepSpeed, no vLLM)."""
 
+    def collect(self, iteration: int) -> Any:
+        self.batch = super().collect(iteration)
+        return self.batch
+
     def train_step(self, rollout_samples: list[Any], global_step: int) -> tuple[dict[str, Any], int]:
         experiences = self.experience_maker.compute_advantages_and_returns(
             self.experience_maker.split_rollout_samples(rollout_samples)
         )
-        assert_experience_advantages(experiences, self.experience_maker)  # what the PPO update would get
+        # what the PPO update would get: the advantages of this iteration's batch
+        assert_experience_advantages(experiences, self.batch, self.config.advantage)
         self.calls.append(("train_step", global_step, len(rollout_samples), len(experiences)))
         return {"policy_loss": 0.25, "timing/ppo_train": 0.1, "rollout/reward_mean": 9.0}, global_step + 1
 
     def broadcast_to_vllm(self) -> None:
         self.calls.append(("broadcast",))
 
-    def save(self, iteration: int) -> None:
+    def start_save(self, iteration: int) -> None:
         self.calls.append(("save", iteration))
 
     def init_checkpoint_states(self) -> dict[str, Any]:
@@ -193,9 +199,8 @@ class RecordingTrainer(HGPOTrainer):
 
 
 def recording_trainer(config: Any, resume_from: int) -> RecordingTrainer:
-    trainer = object.__new__(
-        type("Bound", (RecordingTrainer,), {"config": config, "cluster": OpenRLHFConfig()})
-    )
+    trainer = object.__new__(RecordingTrainer)
+    trainer.config, trainer.cluster = config, OpenRLHFConfig()
     trainer.args = SimpleNamespace(vllm=SimpleNamespace(enable_sleep=False))
     trainer.run_dir, trainer.multiple, trainer.calls, trainer.resume_from = (
         Path(config.train.output_dir),
@@ -207,7 +212,7 @@ def recording_trainer(config: Any, resume_from: int) -> RecordingTrainer:
     trainer.pool = ray_pool(config)
     trainer.num_tasks = count_tasks(config.env)
     trainer.evaluator = SimpleNamespace(close=lambda: None)
-    trainer.experience_maker = make_maker(config.advantage.estimator, micro=2)
+    trainer.experience_maker = make_maker(micro=2)
     trainer.measure_gap = False  # the fake engine cannot score prompts; tests/openrlhf_cpu measures it
     trainer.constraints = None
     trainer.saving = []  # no checkpoint in flight: save() only records
@@ -237,10 +242,11 @@ def test_controller_loop_logs_saves_and_resumes(cluster: None, config: Any) -> N
 
 
 def test_trainer_actor_is_bound_to_the_run_and_pinned_to_this_node(cluster: None, config: Any) -> None:
-    actor_class = trainer_actor(config, OpenRLHFConfig())
-    bound = actor_class.__ray_actor_class__
-    assert issubclass(bound, HGPOTrainer) and bound.config is config
-    options = actor_class._default_options
+    cluster_settings = OpenRLHFConfig()
+    bound = trainer_actor(config, cluster_settings)
+    assert bound.actor_class.__ray_actor_class__ is HGPOTrainer
+    assert bound.config is config and bound.cluster is cluster_settings
+    options = bound.actor_class._default_options
     assert options["scheduling_strategy"].node_id == ray.get_runtime_context().get_node_id()
 
 

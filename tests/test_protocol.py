@@ -23,7 +23,7 @@ from hgpo_env.envs.webshop.site import Page
 from hgpo_train.advantage import step_returns
 from hgpo_train.config import load_config
 from hgpo_train.eval import Evaluator
-from hgpo_train.train import draw_group_tasks
+from hgpo_train.loop import draw_group_tasks
 
 THINK = "<think>I should look around.</think>"
 

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import TextIO
 
 LOG_FILE = "driver.log"
-TRAINER_PREFIX = re.compile(r"^(?:\x1b\[\d+m)?\(Bound\w*Trainer pid=\d+(?:, ip=[\d.]+)?\)(?:\x1b\[0m)? ?")
-"""How Ray prefixes a line the trainer actor (``Bound<trainer class>``) printed."""
+TRAINER_PREFIX = re.compile(r"^(?:\x1b\[\d+m)?\(\w*Trainer pid=\d+(?:, ip=[\d.]+)?\)(?:\x1b\[0m)? ?")
+"""How Ray prefixes a line the trainer actor (``<trainer class> pid=...``) printed."""
 
 _quiet: tuple[TextIO, TextIO] | None = None
 """The log and the terminal while the console is quiet."""

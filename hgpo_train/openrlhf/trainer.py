@@ -11,9 +11,11 @@ class itself cannot be subclassed) and keeps what is OpenRLHF's job:
 
 and replaces the prompt dataset with environments: each iteration plays ``env.num_groups`` task
 groups with the shared rollout code on env actors spread over the cluster's CPUs
-(``GroupedEnvPool`` with its Ray backend), turns every step into one sample
-(:mod:`~hgpo_train.openrlhf.samples`), and lets :class:`StepAdvantageMaker` write the shared
-advantages. Metrics go to the same ``metrics.jsonl``/TensorBoard as the single-machine trainer.
+(``GroupedEnvPool`` with its Ray backend), computes the step credit as the single-machine trainer
+does, turns every step into one sample carrying its advantage
+(:mod:`~hgpo_train.openrlhf.samples`), which :class:`StepAdvantageMaker` writes on its tokens.
+The run's schedule is the shared one (:func:`~hgpo_train.loop.run_iterations`), and its metrics
+go to the same ``metrics.jsonl``/TensorBoard under the same names.
 """
 
 from __future__ import annotations
@@ -38,19 +40,18 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from hgpo_train.batch import StepBatch
 from hgpo_train.checkpoint import kept_iterations
 from hgpo_train.config import Config, OpenRLHFConfig
-from hgpo_train.diagnostics import credit_metrics
 from hgpo_train.eval import Evaluator
+from hgpo_train.loop import draw_group_tasks, iteration_metrics, iteration_seed, run_iterations, timed_credit
 from hgpo_train.openrlhf.constraints import constraint_table, start_store
 from hgpo_train.openrlhf.engines import EngineGenerator
 from hgpo_train.openrlhf.experience_maker import StepAdvantageMaker
 from hgpo_train.openrlhf.gap import gap_metrics, policy_logprobs, probe_rows, score_on_engines
 from hgpo_train.openrlhf.padding import pad_multiple
 from hgpo_train.openrlhf.resume import tag_iteration
-from hgpo_train.openrlhf.samples import step_experiences
+from hgpo_train.openrlhf.samples import SampleLayout, step_experiences
 from hgpo_train.rollout import collect_with_retries, count_tasks, make_pool, progress_lines
-from hgpo_train.stopping import RolloutStopped, StopRequested, stop_requested
+from hgpo_train.stopping import RolloutStopped, stop_requested
 from hgpo_train.tracking import MetricsLogger
-from hgpo_train.train import draw_group_tasks, iteration_seed
 
 # OpenRLHF ships its samples to the model actors zero-copy (RAY_ENABLE_ZERO_COPY_TORCH_TENSORS, its
 # own ray.init setting, on GPUs too), and Ray warns once per process that a tensor written after
@@ -59,17 +60,32 @@ from hgpo_train.train import draw_group_tasks, iteration_seed
 warnings.filterwarnings("ignore", message="Zero-copy tensor serialization is enabled")
 
 
+LOCAL_NAMES = {
+    "policy_loss": "update/pg_loss",
+    "kl": "update/kl_ref",
+    "actor_lr": "update/lr",
+    "actor_grad_norm": "update/grad_norm",
+    "timing/ppo_train": "time/update_s",
+    "timing/broadcast": "time/sync_s",
+}
+"""OpenRLHF's status keys that mean what a local trainer's metric means, under its name."""
+
+
 def status_metrics(status: dict[str, Any]) -> dict[str, float]:
     """OpenRLHF's train_step status under this project's metric names.
 
     Its ``rollout/*`` statistics count padding samples, so they are dropped (the StepBatch's own
-    are logged); update statistics go under ``update/`` and its phase timings under ``time/``.
+    are logged); what the local trainer also logs goes under its name (:data:`LOCAL_NAMES`), the
+    other update statistics under ``update/`` and the other phase timings under ``time/``.
+    ``update/loss`` is the policy loss, which the one-line summary shows.
     """
     out: dict[str, float] = {}
     for key, value in status.items():
         if not isinstance(value, (int, float)) or key.startswith("rollout/"):
             continue
-        if key.startswith("timing/"):
+        if key in LOCAL_NAMES:
+            out[LOCAL_NAMES[key]] = float(value)
+        elif key.startswith("timing/"):
             out[f"time/{key.removeprefix('timing/')}_s"] = float(value)
         else:
             out[f"update/{key}"] = float(value)
@@ -95,15 +111,14 @@ def summary_line(done: int, iterations: int, metrics: dict[str, float]) -> str:
 
 
 class HGPOTrainer(PPOTrainer.__ray_actor_class__):
-    """Env rollouts -> one sample per step -> shared advantages -> OpenRLHF's PPO update and weight sync.
+    """Env rollouts -> shared advantages -> one sample per step -> OpenRLHF's PPO update and weight sync.
 
-    ``config`` and ``cluster`` are bound by :func:`trainer_actor`, since OpenRLHF's launcher
-    creates the trainer with its own fixed arguments.
+    ``config`` and ``cluster`` come from :class:`BoundTrainer`, through which OpenRLHF's launcher
+    creates the trainer (with its own fixed arguments).
     """
 
-    config: ClassVar[Config]
-    cluster: ClassVar[OpenRLHFConfig]
     maker_class: ClassVar[type[StepAdvantageMaker]] = StepAdvantageMaker
+    """The experience maker (a subclass may record what it writes)."""
 
     def __init__(
         self,
@@ -114,11 +129,14 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         reward_model_group: Any,
         reference_model_group: Any,
         vllm_engines: list[Any],
+        *,
+        config: Config,
+        cluster: OpenRLHFConfig,
         **generate_kwargs: Any,
     ) -> None:
         # PPOTrainer.__init__ would build OpenRLHF's prompt dataloaders; the envs replace them, and the
         # sampling settings (generate_kwargs) come from config.generation instead.
-        config, args = self.config, strategy.args
+        self.config, self.cluster, args = config, cluster, strategy.args
         tokenizer = get_tokenizer(
             pretrain, None, "left", strategy, use_fast=not args.data.disable_fast_tokenizer
         )
@@ -140,7 +158,6 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
             self.kl_ctl,
             strategy,
             tokenizer,
-            advantage_config=config.advantage,
         )
         self.run_dir = Path(config.train.output_dir)
         self.generator = EngineGenerator(
@@ -259,37 +276,33 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
             return self.evaluator.record(global_step, self.run_dir).metrics("eval/")
 
     # ----------------------------------------------------------------- one iteration
-    def run_iteration(self, iteration: int) -> dict[str, float]:
-        """Collect, make experiences with the shared advantages, update, sync weights; 0-based."""
+    def train_iteration(self, iteration: int) -> dict[str, float]:
+        """Collect, credit, make experiences, update, sync weights; 0-based."""
         start = time.perf_counter()
         batch = self.collect(iteration)
         rollout_s = time.perf_counter() - start
+        credit, advantage_s = timed_credit(batch, self.config.advantage)
         began = time.perf_counter()
         gap = self.engine_gap(batch)
         gap_s = time.perf_counter() - began
         self.publish_constraints(batch)
-        samples, table = step_experiences(batch, self.multiple, self.generator.encoder.end_ids)
-        self.experience_maker.table = table
+        samples, layout = self.make_samples(batch, credit.advantages)
         self.wait_for_save()  # the update changes what it writes
         print(f"iteration {iteration + 1}: update on {len(batch)} steps", file=sys.stderr, flush=True)
         status, _ = self.train_step(samples, iteration)
-        timing = batch.extras["timing"]
-        tokens = int(batch.prompt_lengths.sum() + batch.response_lengths.sum())
         return {
-            **batch.metrics(),
-            **credit_metrics(batch, table.credit, self.config.advantage),
+            **iteration_metrics(batch, credit, self.config.advantage, rollout_s, advantage_s),
             **status_metrics(status),
             **gap,
-            "rollout/padding_samples": float(table.padding.sum()),
-            "time/rollout_s": rollout_s,
-            "time/env_s": timing["env_s"],
-            "time/generate_s": timing["generate_s"],
+            "rollout/padding_samples": float(layout.padding.sum()),
             "time/engine_gap_s": gap_s,
-            "throughput/steps_per_s": len(batch) / max(rollout_s, 1e-9),
-            "throughput/tokens_per_s": tokens / max(rollout_s, 1e-9),
         }
 
-    def save(self, iteration: int) -> None:
+    def make_samples(self, batch: StepBatch, advantages: np.ndarray) -> tuple[list[Any], SampleLayout]:
+        """One OpenRLHF sample per step, with its advantage, padded for the data-parallel ranks."""
+        return step_experiences(batch, advantages, self.multiple, self.generator.encoder.end_ids)
+
+    def start_save(self, iteration: int) -> None:
         """Start the DeepSpeed checkpoint of the policy on every rank (``global_step`` is what a
         resume starts from); :meth:`wait_for_save` finishes it."""
         self.wait_for_save()
@@ -323,13 +336,8 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         return stop_requested(self.run_dir)
 
     def fit(self, global_step: int = 0) -> None:
-        """Run the remaining iterations, resuming from the actors' loaded checkpoint if there is one.
-
-        Every iteration is checkpointed while the next one samples, so a kill loses at most the
-        iteration in progress. On a stop request (SIGTERM to the driver) the run stops at the next
-        safe point: a rollout in progress is abandoned (the policy has not changed since the last
-        checkpoint), an update in progress finishes and is checkpointed.
-        """
+        """Run the remaining iterations on the shared schedule (:func:`~hgpo_train.loop.run_iterations`),
+        resuming from the actors' loaded checkpoint if there is one, with a line per iteration."""
         cfg = self.config.train
         start = int(self.init_checkpoint_states().get("global_step", 0))
         if start:
@@ -338,38 +346,40 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
             self.run_dir, self.config.logging, start_iteration=start or -1, run_config=self.config.to_dict()
         )
         try:
-            if cfg.eval_every and start == 0:
-                logger.log(0, self.evaluate(0))
-            for iteration in range(start, cfg.iterations):
-                began = time.perf_counter()
-                try:
-                    metrics = self.run_iteration(iteration)
-                except RolloutStopped:
-                    self.wait_for_save()
-                    raise StopRequested(iteration, abandoned=True) from None
-                done = iteration + 1
-                self.save(done)
-                stop = self.stop_requested()
-                if cfg.eval_every and not stop and (done % cfg.eval_every == 0 or done == cfg.iterations):
-                    metrics.update(self.evaluate(done))
-                metrics["time/iteration_s"] = time.perf_counter() - began
-                logger.log(done, metrics)
-                print(summary_line(done, cfg.iterations, metrics), file=sys.stderr, flush=True)
-                if stop or done == cfg.iterations:
-                    self.wait_for_save()
-                if stop and done < cfg.iterations:
-                    raise StopRequested(done)
+            run_iterations(
+                self,
+                start=start,
+                iterations=cfg.iterations,
+                eval_every=cfg.eval_every,
+                logger=logger,
+                on_logged=lambda done, metrics: print(
+                    summary_line(done, cfg.iterations, metrics), file=sys.stderr, flush=True
+                ),
+            )
         finally:
             logger.close()
             self.pool.close()
             self.evaluator.close()
 
 
-def trainer_actor(config: Config, cluster: OpenRLHFConfig, base: type[HGPOTrainer] = HGPOTrainer) -> Any:
-    """A Ray actor class of ``base`` (HGPOTrainer or a subclass) bound to this run, pinned to the driver's node.
+class BoundTrainer:
+    """The trainer actor class as OpenRLHF's launcher meets it (in place of ``PPOTrainer``): its
+    ``remote`` adds the run's config and cluster settings to the launcher's fixed arguments."""
+
+    def __init__(self, actor_class: Any, config: Config, cluster: OpenRLHFConfig) -> None:
+        self.actor_class, self.config, self.cluster = actor_class, config, cluster
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return self.actor_class.remote(*args, config=self.config, cluster=self.cluster, **kwargs)
+
+
+def trainer_actor(
+    config: Config, cluster: OpenRLHFConfig, base: type[HGPOTrainer] = HGPOTrainer
+) -> BoundTrainer:
+    """``base`` (HGPOTrainer or a subclass) as a Ray actor for this run, pinned to the driver's node.
 
     Pinning keeps the run folder (metrics, config) on the machine the run was launched from.
     """
-    bound = type(f"Bound{base.__name__}", (base,), {"config": config, "cluster": cluster})
     node = ray.get_runtime_context().get_node_id()
-    return ray.remote(num_cpus=1, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))(bound)
+    actor = ray.remote(num_cpus=1, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))(base)
+    return BoundTrainer(actor, config, cluster)

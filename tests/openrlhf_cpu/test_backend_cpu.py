@@ -109,10 +109,10 @@ def test_a_skipped_sync_fails_the_same_comparison(run: Path) -> None:
 
 
 def test_updates_train_the_policy_away_from_the_reference(run: Path) -> None:
-    logged = [r for r in read_metrics(run / "metrics.jsonl") if "update/policy_loss" in r]
+    logged = [r for r in read_metrics(run / "metrics.jsonl") if "update/pg_loss" in r]
     assert [r["iteration"] for r in logged] == list(range(1, ITERATIONS + 1))
-    assert all(math.isfinite(r["update/policy_loss"]) and math.isfinite(r["update/kl"]) for r in logged)
-    kl = [r["update/kl"] for r in logged]  # OpenRLHF's k3 estimate, averaged over each update
+    assert all(math.isfinite(r["update/pg_loss"]) and math.isfinite(r["update/kl_ref"]) for r in logged)
+    kl = [r["update/kl_ref"] for r in logged]  # OpenRLHF's k3 estimate, averaged over each update
     assert all(b > a for a, b in itertools.pairwise(kl)), kl
     gap = records(run)["reference_gap"]  # mean |log pi - log pi_ref| before each update
     assert gap[0] == 0.0 and all(b > a for a, b in itertools.pairwise(gap)), (

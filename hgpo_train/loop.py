@@ -1,0 +1,129 @@
+"""The run both backends share: which tasks an iteration plays, what every iteration logs, and
+the schedule around the iterations (evaluation, checkpoints, stopping at a safe point).
+
+A backend supplies only what differs (:class:`Backend`): how it collects and updates, saves,
+evaluates. Every source of randomness of iteration ``i`` is seeded from ``(train.seed, i)``, so a
+run killed and resumed repeats exactly the iterations a straight run would have done, on either
+backend.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+import numpy as np
+
+from hgpo_train.advantage import AdvantageConfig, StepCredit
+from hgpo_train.batch import StepBatch
+from hgpo_train.diagnostics import credit_metrics
+from hgpo_train.stopping import RolloutStopped, StopRequested
+from hgpo_train.tracking import MetricsLogger
+
+
+def iteration_seed(seed: int, iteration: int) -> int:
+    """A 31-bit seed that depends only on the run seed and the iteration."""
+    return int(np.random.SeedSequence([seed, iteration]).generate_state(1)[0] >> 1)
+
+
+def draw_group_tasks(
+    rng: np.random.Generator, num_groups: int, num_tasks: int | None
+) -> tuple[list[int], list[int] | None]:
+    """The seeds and task ids of an iteration's groups, drawn first from the iteration's generator
+    so every backend plays the same tasks in the same iteration. An env with a task list gets
+    distinct tasks within the iteration (as verl-agent draws WebShop goals) while it has enough;
+    one without (Rooms) draws its task from the seed."""
+    seeds = rng.integers(2**31 - 1, size=num_groups).tolist()
+    if num_tasks is None:
+        return seeds, None
+    return seeds, rng.choice(num_tasks, size=num_groups, replace=num_groups > num_tasks).tolist()
+
+
+def timed_credit(batch: StepBatch, config: AdvantageConfig) -> tuple[StepCredit, float]:
+    """The batch's step credit (:meth:`StepBatch.credit`) and the seconds it took."""
+    start = time.perf_counter()
+    credit = batch.credit(config)
+    return credit, time.perf_counter() - start
+
+
+def iteration_metrics(
+    batch: StepBatch, credit: StepCredit, config: AdvantageConfig, rollout_s: float, advantage_s: float
+) -> dict[str, float]:
+    """What every iteration logs on both backends, under the same names: the rollout's figures,
+    the credit's, and the rollout's times and throughput. Each backend adds its update's."""
+    timing = batch.extras["timing"]
+    tokens = int(batch.prompt_lengths.sum() + batch.response_lengths.sum())
+    return {
+        **batch.metrics(),
+        **credit_metrics(batch, credit, config),
+        "time/rollout_s": rollout_s,
+        "time/env_s": timing["env_s"],
+        "time/generate_s": timing["generate_s"],
+        "time/advantage_s": advantage_s,
+        "throughput/steps_per_s": len(batch) / max(rollout_s, 1e-9),
+        "throughput/tokens_per_s": tokens / max(rollout_s, 1e-9),
+    }
+
+
+class Backend(Protocol):
+    """What a trainer supplies to :func:`run_iterations`."""
+
+    def train_iteration(self, iteration: int) -> dict[str, float]:
+        """Collect, credit and update for 0-based ``iteration``; its metrics. Raises
+        :class:`RolloutStopped` when a stop request abandons the rollout."""
+
+    def start_save(self, iteration: int) -> None:
+        """Start checkpointing the run after ``iteration`` iterations (it may finish later)."""
+
+    def wait_for_save(self) -> None:
+        """Return once the checkpoint being written is complete."""
+
+    def evaluate(self, iteration: int) -> dict[str, float]:
+        """The policy after ``iteration`` iterations on the eval panel (``eval/`` metrics)."""
+
+    def stop_requested(self) -> bool:
+        """Whether a stop was asked for (:mod:`hgpo_train.stopping`)."""
+
+
+def run_iterations(
+    backend: Backend,
+    *,
+    start: int,
+    iterations: int,
+    eval_every: int,
+    logger: MetricsLogger,
+    on_logged: Callable[[int, dict[str, float]], None] = lambda done, metrics: None,
+) -> dict[str, float]:
+    """Run iterations ``start..iterations-1``; returns the last one's metrics.
+
+    With ``eval_every``, the untrained policy is evaluated first (logged as iteration 0), then
+    every ``eval_every`` iterations and after the last one. Every iteration is checkpointed while
+    the next one samples, so a kill loses at most the iteration in progress. A stop request
+    abandons a rollout in progress, lets an update finish, skips the evaluation and raises
+    :class:`StopRequested` once the last completed iteration is checkpointed. ``on_logged`` sees
+    each iteration's metrics once they are logged.
+    """
+    metrics: dict[str, float] = {}
+    if eval_every and start == 0:
+        logger.log(0, backend.evaluate(0))
+    for iteration in range(start, iterations):
+        began = time.perf_counter()
+        try:
+            metrics = backend.train_iteration(iteration)
+        except RolloutStopped:
+            backend.wait_for_save()
+            raise StopRequested(iteration, abandoned=True) from None
+        done = iteration + 1
+        backend.start_save(done)
+        stop = backend.stop_requested()
+        if eval_every and not stop and (done % eval_every == 0 or done == iterations):
+            metrics.update(backend.evaluate(done))
+        metrics["time/iteration_s"] = time.perf_counter() - began
+        logger.log(done, metrics)
+        on_logged(done, metrics)
+        if stop or done == iterations:
+            backend.wait_for_save()
+        if stop and done < iterations:
+            raise StopRequested(done)
+    return metrics
