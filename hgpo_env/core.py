@@ -16,7 +16,6 @@ import gymnasium as gym
 import numpy as np
 
 from hgpo_env.fingerprint import canonical_text, task_key
-from hgpo_env.info import EnvInfo
 from hgpo_env.protocol import check_protocol
 
 
@@ -97,7 +96,9 @@ class TextEnv(gym.Env[str, str], abc.ABC):
         self.elapsed_steps = 0
         self._episode_over = True
         self._started = False
-        self._admissible_by_key: dict[str, str] | None = None
+        self._keyed_actions: list[str] | None = None
+        """The admissible list :attr:`_admissible_by_key` was made from."""
+        self._admissible_by_key: dict[str, str] = {}
         self._task_key = 0
 
     # ----------------------------------------------------------------- for subclasses
@@ -176,7 +177,6 @@ class TextEnv(gym.Env[str, str], abc.ABC):
             raise ValueError(f"task_id {task_id} out of range: this env has {self.num_tasks} tasks")
         self.task_id = int(task_id)
         self.elapsed_steps = 0
-        self._admissible_by_key = None
         self.observation = self._start_task(self.task_id)
         self._task_key = task_key(self.env_family, self.task_identity())
         self._started = True
@@ -196,7 +196,6 @@ class TextEnv(gym.Env[str, str], abc.ABC):
         if command is not None:
             was_won = self.won
             applied = self._apply(command)
-            self._admissible_by_key = None
             if isinstance(applied, str):
                 outcome = Transition(applied, self.success_reward if self.won and not was_won else 0.0)
             else:
@@ -222,12 +221,15 @@ class TextEnv(gym.Env[str, str], abc.ABC):
             return None
         if not self.check_admissible:
             return command
-        if self._admissible_by_key is None:
-            self._admissible_by_key = {canonical_text(a).casefold(): a for a in self.admissible_actions}
+        admissible = self.admissible_actions
+        if admissible != self._keyed_actions:  # made again only when the list changes
+            self._keyed_actions = list(admissible)
+            self._admissible_by_key = {canonical_text(a).casefold(): a for a in admissible}
         return self._admissible_by_key.get(command.casefold())
 
     def _info(self, action_valid: bool) -> dict[str, Any]:
-        info: EnvInfo = {
+        """The :class:`~hgpo_env.info.EnvInfo` keys, and ``task_id``."""
+        return {
             "admissible_actions": list(self.admissible_actions),
             "won": self.won,
             "score": float(self.score),
@@ -236,5 +238,5 @@ class TextEnv(gym.Env[str, str], abc.ABC):
             "action_valid": action_valid,
             "state_text": self.state_text,
             "task_key": self._task_key,
+            "task_id": self.task_id,
         }
-        return {**info, "task_id": self.task_id}

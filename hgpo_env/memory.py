@@ -93,7 +93,7 @@ class PromptTemplate:
         lines.append(f"You are now at step {steps_taken + 1}. Current observation: {observation}")
         if self.list_actions:
             lines.append("Admissible actions:")
-            lines.extend(f"- {action}" for action in admissible_actions)
+            lines.extend([f"- {action}" for action in admissible_actions])
         lines.append(self.answer_format)
         return "\n".join(lines)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 import subprocess
 import sys
+import unicodedata
 
 import pytest
 import xxhash
@@ -219,9 +220,14 @@ def test_level_k_equal_iff_last_k_steps_agree(a, b, k, mode):
 
 @settings(max_examples=500, deadline=None)
 @given(
-    st.text(alphabet=st.characters(codec="utf-8"), max_size=60) | st.text(alphabet=" \t\n\x1cab", max_size=20)
+    st.text(alphabet=st.characters(codec="utf-8"), max_size=60)
+    | st.text(alphabet=" \t\n\x1cab", max_size=20)
+    | st.builds(  # text as envs write it, past the 64 characters where the fast path scans otherwise
+        lambda words, sep, ends: ends + sep.join(words) + ends,
+        st.lists(st.text(alphabet="abcxyz.,", min_size=1, max_size=12), max_size=40),
+        st.sampled_from([" ", "  ", " \n", "\t"]),
+        st.sampled_from(["", " ", "  ", "\n"]),
+    )
 )
 def test_canonical_text_fast_path_agrees_with_the_definition(text):
-    import unicodedata
-
     assert canonical_text(text) == " ".join(unicodedata.normalize("NFC", text).split())
