@@ -75,6 +75,21 @@ def distinct(values: np.ndarray) -> np.ndarray:
     return values[first]
 
 
+def node_codes(groups: np.ndarray, state: np.ndarray, after: np.ndarray) -> np.ndarray:
+    """Dense codes of the (group, state) and (group, next state) pairs, shape (n, 2).
+
+    Each row's state goes beside its next state, so the pairs stay in group order (no sort by
+    group), and a pair equal to the one before it (a step's next state is mostly the next row's
+    state) takes its code without being sorted again.
+    """
+    group_of = np.repeat(groups, 2)
+    key = np.column_stack([state, after]).ravel()
+    new = np.ones(len(key), dtype=bool)
+    new[1:] = (key[1:] != key[:-1]) | (group_of[1:] != group_of[:-1])
+    codes = pair_codes(group_of[new], key[new])
+    return codes[np.cumsum(new) - 1].reshape(-1, 2)
+
+
 def graph_distances(
     group_ids: Any, states: Any, next_states: Any, success: Any
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -91,8 +106,7 @@ def graph_distances(
     after = as_fingerprints(next_states, n)[:, 0]
     done = float_column(success, "success", n) != 0
     groups = id_codes(group_ids, "group_ids", n)
-    # each row's state beside its next state: the pairs stay in group order (no sort by group)
-    nodes = pair_codes(np.repeat(groups, 2), np.column_stack([state, after]).ravel()).reshape(n, 2)
+    nodes = node_codes(groups, state, after)
     first_success = int(nodes.max(initial=-1)) + 1  # success nodes follow, one per group
     size = first_success + int(groups.max(initial=-1)) + 1
     source = nodes[:, 0]
