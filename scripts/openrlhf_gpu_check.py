@@ -211,11 +211,14 @@ def main(argv: list[str] | None = None) -> int:
 
     from openrlhf_checks import verdicts, verifying_trainer
 
+    from hgpo_train.config import load_config
     from hgpo_train.openrlhf.backend import run_paths, train
-    from hgpo_train.openrlhf.checks import load_run
+    from hgpo_train.openrlhf.checks import validate_cluster
 
     overrides = run_config(args, gpus, out)
-    config, cluster = load_run(None, overrides)
+    config = load_config(None, overrides)
+    validate_cluster(config)
+    cluster = config.openrlhf
     started = time.perf_counter()
     with gpu_memory_peaks() as peak:
         train(config, cluster, run_paths(config), trainer_class=verifying_trainer(skip_sync_at=SKIP_SYNC_AT))

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from openrlhf_runs import load_run
 
 from hgpo_train.__main__ import main
 from hgpo_train.openrlhf.backend import required_gpus
-from hgpo_train.openrlhf.checks import load_run
 
 REPO = Path(__file__).resolve().parents[1]
 LAUNCH = REPO / "scripts" / "launch"

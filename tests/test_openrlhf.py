@@ -20,13 +20,13 @@ pytest.importorskip(
     "openrlhf", reason="the openrlhf backend is not installed (pip install --no-deps openrlhf==0.11.2)"
 )
 
+from openrlhf_runs import load_run
 from test_train_e2e import assert_estimator_matters, reference_advantages
 
 from hgpo_train.__main__ import main
 from hgpo_train.advantage import ESTIMATORS, AdvantageConfig
 from hgpo_train.batch import Episodes, StepBatch
 from hgpo_train.config import ConfigError
-from hgpo_train.openrlhf.checks import load_run
 from hgpo_train.openrlhf.padding import pad_multiple, padded_size, padding_sources
 from hgpo_train.openrlhf.stubs import stubbed_gpu_packages
 

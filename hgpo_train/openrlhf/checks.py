@@ -7,9 +7,7 @@ and *where* an OpenRLHF run goes (the section :class:`~hgpo_train.config.OpenRLH
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from hgpo_train.config import BACKEND_SECTION, Config, ConfigError, OpenRLHFConfig, load_config
+from hgpo_train.config import BACKEND_SECTION, Config, ConfigError
 
 SECTION = BACKEND_SECTION
 
@@ -21,19 +19,6 @@ REFUSED_ARGS = {
     ),
 }
 """OpenRLHF flags this backend cannot honour, with why, refused before anything starts."""
-
-
-def load_run(
-    path: str | Path | None,
-    overrides: list[str] | tuple[str, ...] = (),
-    *,
-    env: str | None = None,
-    model: str | None = None,
-) -> tuple[Config, OpenRLHFConfig]:
-    """The run config and its ``openrlhf:`` section, checked for this backend."""
-    config = load_config(path, overrides, env=env, model=model)
-    validate_cluster(config)
-    return config, config.openrlhf
 
 
 def validate_cluster(config: Config) -> None:

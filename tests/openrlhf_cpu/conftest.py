@@ -32,9 +32,8 @@ sys.path.insert(
 @pytest.fixture(scope="session")
 def warm_model(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The CPU config's tiny model, fitted to a noisy expert so that steps differ in validity."""
+    from openrlhf_runs import load_run
     from warm_start import warm_tiny_model
-
-    from hgpo_train.openrlhf.checks import load_run
 
     config, _ = load_run(CPU_CONFIG)
     return warm_tiny_model(config, tmp_path_factory.mktemp("warm") / "model")

@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 from conftest import CPU_CONFIG
 from openrlhf_checks import RECORDS, logprob_mismatch, verdicts
+from openrlhf_runs import load_run
 
 from hgpo_train.advantage import compute_advantages
 from hgpo_train.openrlhf.backend import run_paths, train
-from hgpo_train.openrlhf.checks import load_run
 from hgpo_train.tracking import read_metrics
 
 ITERATIONS, SKIPPED = 5, 3

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import CPU_CONFIG
+from openrlhf_runs import load_run
 from test_train_loss import step_batch
 
 from hgpo_train.batch import StepBatch
@@ -26,7 +27,6 @@ from hgpo_train.config import UpdateConfig
 from hgpo_train.loss import ppo_loss
 from hgpo_train.openrlhf import cpu
 from hgpo_train.openrlhf.arguments import openrlhf_argv, resolve
-from hgpo_train.openrlhf.checks import load_run
 from hgpo_train.update import forward_logprobs, make_micro_batch
 
 SAMPLES = 6
