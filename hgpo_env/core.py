@@ -192,14 +192,13 @@ class TextEnv(gym.Env[str, str], abc.ABC):
             raise TypeError(f"a command is a str, got {type(action).__name__}")
         self.elapsed_steps += 1
         command = self._accept(action)
-        outcome = Transition(self.observation, 0.0, accepted=False)
-        if command is not None:
+        if command is None:
+            outcome = Transition(self.observation, 0.0, accepted=False)
+        else:
             was_won = self.won
-            applied = self._apply(command)
-            if isinstance(applied, str):
-                outcome = Transition(applied, self.success_reward if self.won and not was_won else 0.0)
-            else:
-                outcome = applied
+            outcome = self._apply(command)
+            if isinstance(outcome, str):
+                outcome = Transition(outcome, self.success_reward if self.won and not was_won else 0.0)
         self.observation = outcome.observation
         terminated = self.done
         truncated = not terminated and (outcome.truncated or self.elapsed_steps >= self.max_steps)

@@ -43,8 +43,23 @@ MISSING = 0
 _U64 = struct.Struct("<Q")
 _U64_PAIR = struct.Struct("<QQ")
 _NO_ACTION = _U64.pack(2**64 - 1)
-_ASCII_SPACES_BUT_BLANK = "\t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"  # what str.split() also splits on
 _DOUBLE_BLANK = re.compile("  ")
+
+
+def _has_ascii_space_but_blank(text: str) -> bool:
+    """Whether ``text`` holds ASCII whitespace that ``str.split`` splits on, other than " ": one
+    memchr scan per character, spelt out (2x faster than a loop over them on 1 KB)."""
+    return (
+        "\n" in text
+        or "\t" in text
+        or "\r" in text
+        or "\x0b" in text
+        or "\x0c" in text
+        or "\x1c" in text
+        or "\x1d" in text
+        or "\x1e" in text
+        or "\x1f" in text
+    )
 
 
 def canonical_text(text: str) -> str:
@@ -58,7 +73,7 @@ def canonical_text(text: str) -> str:
         if len(text) <= 64:
             clean = text.isprintable() and "  " not in text
         else:
-            clean = not any(ch in text for ch in _ASCII_SPACES_BUT_BLANK) and not _DOUBLE_BLANK.search(text)
+            clean = not _has_ascii_space_but_blank(text) and not _DOUBLE_BLANK.search(text)
         if clean:  # canonical but for blanks at its ends: the common case, far cheaper than split
             return text.strip(" ")
     else:

@@ -87,9 +87,13 @@ class PromptTemplate:
                 f"You have taken {steps_taken} step(s) so far. "
                 f"Your last {len(history)} observation(s) and action(s):"
             )
-            for past in history:
-                lines.append(f"[Step {past.number}] Observation: {past.observation}")
-                lines.append(f"[Step {past.number}] Action: {past.action or NO_ACTION}")
+            lines.extend(
+                [
+                    f"[Step {past.number}] Observation: {past.observation}\n"
+                    f"[Step {past.number}] Action: {past.action or NO_ACTION}"
+                    for past in history
+                ]
+            )
         lines.append(f"You are now at step {steps_taken + 1}. Current observation: {observation}")
         if self.list_actions:
             lines.append("Admissible actions:")
