@@ -59,7 +59,10 @@ def policy_logprobs(actor_group: Any, batch: StepBatch, rows: Sequence[int]) -> 
     from hgpo_train.openrlhf.samples import step_experience
 
     probe = Experience.concat_experiences(
-        [step_experience(batch.prompt_ids[r], batch.response_ids[r], 0.0, truncated=False) for r in rows],
+        [  # probes are scored, never trained on: no reward, no advantage
+            step_experience(batch.prompt_ids[r], batch.response_ids[r], 0.0, 0.0, truncated=False)
+            for r in rows
+        ],
         pad_token_id=0,
     )
     scored = ray.get(

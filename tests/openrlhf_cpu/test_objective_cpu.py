@@ -96,7 +96,9 @@ def openrlhf_loss(model: torch.nn.Module, batch: StepBatch, old, ref, adv, args,
 
     samples = []
     for row in range(SAMPLES):
-        sample = step_experience(batch.prompt_ids[row], batch.response_ids[row], 0.0, truncated=False)
+        sample = step_experience(
+            batch.prompt_ids[row], batch.response_ids[row], 0.0, float(adv[row]), truncated=False
+        )
         start, n = len(batch.prompt_ids[row]) - 1, len(batch.response_ids[row])
         for name, values in (("action_log_probs", old[row]), ("base_action_log_probs", ref[row])):
             full = torch.zeros_like(sample.action_mask, dtype=torch.float32)
