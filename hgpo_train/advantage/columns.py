@@ -104,6 +104,12 @@ def as_fingerprints(fingerprints: Any, n: int | None = None) -> np.ndarray:
     return a
 
 
+def level0(fingerprints: Any, n: int | None = None) -> np.ndarray:
+    """Level 0 of :func:`as_fingerprints` (the state key) as a contiguous column: sorting and
+    gathering a strided view of the (n, K+1) array is ~30 % slower at scale."""
+    return np.ascontiguousarray(as_fingerprints(fingerprints, n)[:, 0])
+
+
 def invalid_penalties(invalid: Any, invalid_penalty: float, n: int) -> np.ndarray:
     """Per-row invalid-action penalty ``invalid_penalty * invalid`` (zeros when invalid is None)."""
     coef = real_setting(invalid_penalty, "invalid_penalty", 0.0)

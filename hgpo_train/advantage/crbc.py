@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from hgpo_train.advantage.columns import as_fingerprints, float_column, real_setting
+from hgpo_train.advantage.columns import float_column, level0, real_setting
 from hgpo_train.advantage.grouping import nested_codes, next_rows, positions
 from hgpo_train.advantage.grpo import episode_advantages
 from hgpo_train.advantage.returns import episode_scores
@@ -105,13 +105,13 @@ def _process(rows: Rows) -> _Process:
         raise ValueError("the crbc estimator needs the env's won flag per step (won, info['won'])")
     n = len(rows)
     try:
-        actions = as_fingerprints(rows.action_keys, n)[:, 0]
+        actions = level0(rows.action_keys, n)
     except ValueError as error:  # its message names fingerprints
         raise ValueError(f"action_keys: {error}".replace("fingerprints", "keys")) from None
     won = float_column(rows.won, "won", n)
     if not np.isin(won, (0.0, 1.0)).all():
         raise ValueError("won must hold only 0/1 (or booleans)")
-    anchor, pair = nested_codes(rows.groups, fingerprints[:, 0], actions)
+    anchor, pair = nested_codes(rows.groups, level0(fingerprints), actions)
     anchors = int(anchor.max(initial=-1)) + 1
     after = next_rows(rows.rollouts)
     last = after < 0

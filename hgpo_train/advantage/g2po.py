@@ -9,11 +9,11 @@ import numpy as np
 
 from hgpo_train.advantage.columns import (
     Mode,
-    as_fingerprints,
     check_mode,
     float_column,
     id_codes,
     invalid_penalties,
+    level0,
     real_setting,
 )
 from hgpo_train.advantage.grouping import next_rows, normalise, pair_codes, positions
@@ -59,7 +59,7 @@ def g2po_advantages(
         r,
         id_codes(traj_ids, "traj_ids", n),
         id_codes(group_ids, "group_ids", n),
-        as_fingerprints(states, n)[:, 0],
+        level0(states, n),
         invalid_penalties(invalid, invalid_penalty, n),
         mode,
         real_setting(gamma, "gamma", 0.0, 1.0),
@@ -103,7 +103,7 @@ def credit(rows: Rows, config: AdvantageConfig) -> StepCredit:
         rows.reward,
         rows.rollouts,
         rows.groups,
-        fingerprints[:, 0],
+        level0(fingerprints),
         invalid_penalties(rows.invalid, config.invalid_penalty, n),
         config.mode,
         config.gamma,

@@ -9,10 +9,10 @@ import numpy as np
 
 from hgpo_train.advantage.columns import (
     Mode,
-    as_fingerprints,
     check_mode,
     float_column,
     id_codes,
+    level0,
     real_setting,
 )
 from hgpo_train.advantage.grouping import PairSorter, normalise_clusters
@@ -47,8 +47,8 @@ def gigpo_advantages(
     n = len(ret)
     x = float_column(scores, "scores", n)
     groups = id_codes(group_ids, "group_ids", n)
-    level0 = as_fingerprints(fingerprints, n)[:, 0]
-    rows, values = normalise_clusters(ret, PairSorter(groups), level0, mode, ddof=1)
+    state = level0(fingerprints, n)
+    rows, values = normalise_clusters(ret, PairSorter(groups), state, mode, ddof=1)
     step = np.zeros(n)
     step[rows] = values
     if w_episode == 0:  # as the recipe, which then skips the episode term

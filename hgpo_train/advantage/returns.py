@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hgpo_train.advantage.columns import (
-    as_fingerprints,
     float_column,
     id_codes,
     invalid_penalties,
+    level0,
     real_setting,
 )
 from hgpo_train.advantage.grouping import last_rows, pair_codes
@@ -101,9 +101,9 @@ def graph_distances(
     success nodes; a node that cannot reach success gets its group's largest finite distance
     + 1, the success node's 0 included, so a group without success puts every node at 1.
     """
-    state = as_fingerprints(states)[:, 0]
+    state = level0(states)
     n = len(state)
-    after = as_fingerprints(next_states, n)[:, 0]
+    after = level0(next_states, n)
     done = float_column(success, "success", n) != 0
     groups = id_codes(group_ids, "group_ids", n)
     nodes = node_codes(groups, state, after)
