@@ -509,6 +509,10 @@ def test_fingerprint_forms_agree():
     assert (as_fingerprints(array.view(np.int64)) == array).all()  # signed storage, same bits
     assert as_fingerprints([5, 6]).shape == (2, 1)  # 1-D: level 0 only
     assert as_fingerprints([]).shape == (0, 1)
+    assert (as_fingerprints(list(array)) == array).all()  # a list of array rows
+    for floats in ([1.7, 2.0], [(1, 2), (3, 4.5)], [np.array([1.5])]):  # numpy would truncate them silently
+        with pytest.raises(ValueError, match="must be ints"):
+            as_fingerprints(floats)
     assert (level_clusters([0, 0, 0], rows) == level_clusters([0, 0, 0], array.view(np.int64))).all()
 
 

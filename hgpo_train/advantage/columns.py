@@ -88,6 +88,8 @@ def as_fingerprints(fingerprints: Any, n: int | None = None) -> np.ndarray:
             a = np.array(fingerprints, dtype=np.uint64)
         except (OverflowError, TypeError, ValueError) as err:
             raise ValueError(f"fingerprints must be rows of equally many ints in [0, 2**64): {err}") from err
+        if not _all_integers(fingerprints):  # numpy casts 1.7 to 1 without a word
+            raise ValueError("fingerprints must be ints, got a non-integer value (a float?)")
     else:
         a = to_numpy(fingerprints)
         if a.dtype.kind == "i":
@@ -108,6 +110,23 @@ def level0(fingerprints: Any, n: int | None = None) -> np.ndarray:
     """Level 0 of :func:`as_fingerprints` (the state key) as a contiguous column: sorting and
     gathering a strided view of the (n, K+1) array is ~30 % slower at scale."""
     return np.ascontiguousarray(as_fingerprints(fingerprints, n)[:, 0])
+
+
+def _all_integers(values: list | tuple) -> bool:
+    """Whether a list of ints, or of rows of ints (lists, tuples, arrays), holds only integers."""
+    for value in values:
+        if isinstance(value, (list, tuple)):
+            if not all(map(_is_integer, value)):
+                return False
+        elif not _is_integer(value):
+            return False
+    return True
+
+
+def _is_integer(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, (int, np.integer)) or to_numpy(value).dtype.kind in "iu"
 
 
 def invalid_penalties(invalid: Any, invalid_penalty: float, n: int) -> np.ndarray:
