@@ -197,7 +197,7 @@ class Trainer:
         abandons it (:class:`RolloutStopped`)."""
 
         def on_turn(turn: int, running: int, steps: int) -> None:
-            if stop_requested(self.run_dir):
+            if self.stop_requested():
                 raise RolloutStopped
             self.status(
                 f"rollout turn {turn}: {running}/{self.pool.num_envs} episodes running, {steps} steps"

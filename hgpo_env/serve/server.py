@@ -316,7 +316,7 @@ class InlineHGPOEnvironment(HGPOEnvironment):
 GC_THRESHOLDS = (20_000, 20, 100)
 """The server's cyclic-GC thresholds (CPython's default: 700, 10, 10). Every collection walks the
 objects of every open session, so with the default a server holding 1,024 sessions spent its time
-collecting: its steps/s fell 15 % below 256 sessions' and its p99 rose by a quarter
+collecting: its steps/s fell 13 % below 256 sessions' and its p99 more than doubled
 (``benchmarks/serve_throughput.py``). Cycles are freed less often: memory, not correctness."""
 MAX_FRAME_BYTES = 4 * 2**20
 """Largest WebSocket frame a server reads: a response at the cap (``MAX_RESPONSE_CHARS``) with room to spare."""
