@@ -21,7 +21,8 @@ pytest.importorskip(
 )
 
 from openrlhf_runs import load_run
-from test_train_e2e import assert_estimator_matters, reference_advantages
+from reference_credit import batch_reference_advantages
+from test_train_e2e import assert_estimator_matters
 
 from hgpo_train.__main__ import main
 from hgpo_train.advantage import ESTIMATORS, AdvantageConfig
@@ -177,7 +178,7 @@ def assert_experience_advantages(
     """Every real sample carries, on exactly its response tokens, its row's advantage as an
     independent computation from the batch's raw columns gives it (float32); padding samples
     (positions past the batch's rows) carry 0. Returns the independent per-row advantages."""
-    expected = reference_advantages(batch, config)
+    expected = batch_reference_advantages(batch, config)
     for exp in experiences:
         for k, position in enumerate(exp.index):
             mask = exp.action_mask[k]

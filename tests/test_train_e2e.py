@@ -13,21 +13,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import torch
+from reference_credit import batch_reference_advantages
 
 import hgpo_env
 from hgpo_env.panel import build_panel
-from hgpo_train.advantage import (
-    ESTIMATORS,
-    AdvantageConfig,
-    crbc_advantages,
-    episode_scores,
-    g2po_advantages,
-    gigpo_advantages,
-    graph_returns,
-    grpo_advantages,
-    hgpo_advantages,
-    step_returns,
-)
+from hgpo_train.advantage import ESTIMATORS, AdvantageConfig
 from hgpo_train.batch import StepBatch
 from hgpo_train.checkpoint import latest_checkpoint, list_checkpoints
 from hgpo_train.config import ENV_IDS, EnvConfig, LoggingConfig, load_config
@@ -66,74 +56,6 @@ ROOMS = TINY + [
 ]
 
 
-def reference_advantages(batch: StepBatch, config: AdvantageConfig) -> np.ndarray:
-    """The configured estimator on the batch's raw columns, built from the per-estimator functions
-    rather than the trainer's entry point; rollouts are keyed by "group/traj" strings."""
-    rollouts = [f"{g}/{t}" for g, t in zip(batch.group_id, batch.traj_id)]
-    scores = episode_scores(batch.reward, rollouts, batch.invalid, config.invalid_penalty)
-    if config.estimator == "grpo":
-        return grpo_advantages(scores, batch.group_id, config.mode)
-    if config.estimator == "crbc":
-        won = batch.outcome == "won"
-        return crbc_advantages(
-            batch.reward,
-            rollouts,
-            batch.group_id,
-            batch.fingerprints,
-            batch.action_key,
-            won,
-            batch.invalid,
-            config,
-        )
-    if config.estimator == "g2po":
-        return g2po_advantages(
-            batch.reward,
-            rollouts,
-            batch.group_id,
-            batch.fingerprints,
-            batch.invalid,
-            config.mode,
-            config.gamma,
-            config.invalid_penalty,
-            config.step_weight,
-            config.success_reward,
-        )
-    if config.returns == "graph":
-        returns = graph_returns(
-            batch.reward,
-            rollouts,
-            batch.group_id,
-            batch.fingerprints[:, 0],
-            batch.next_state,
-            config.gamma,
-            batch.invalid,
-            config.invalid_penalty,
-            config.normalize_distance,
-        )
-    else:
-        returns = step_returns(batch.reward, rollouts, config.gamma, batch.invalid, config.invalid_penalty)
-    if config.estimator in ("gigpo", "graphgpo"):
-        return gigpo_advantages(
-            returns,
-            scores,
-            batch.group_id,
-            batch.fingerprints,
-            config.mode,
-            config.step_weight,
-            config.episode_weight,
-        )
-    return hgpo_advantages(
-        returns,
-        batch.group_id,
-        batch.fingerprints,
-        config.mode,
-        config.alpha,
-        config.base_group,
-        scores,
-        config.weight_offset,
-    )
-
-
 def assert_estimator_matters(advantages: np.ndarray, batch: StepBatch, config: AdvantageConfig) -> None:
     """Every other estimator gives other advantages on this batch, so the comparison can fail.
 
@@ -149,7 +71,7 @@ def assert_estimator_matters(advantages: np.ndarray, batch: StepBatch, config: A
             if config.estimator in alike:
                 others -= alike
     for other in others:
-        gap = np.abs(advantages - reference_advantages(batch, replace(config, estimator=other))).max()
+        gap = np.abs(advantages - batch_reference_advantages(batch, replace(config, estimator=other))).max()
         assert gap > 1e-3, f"{config.estimator} and {other} agree on this batch: it cannot tell them apart"
 
 
@@ -171,7 +93,7 @@ def _one_iteration_checks(trainer: Trainer) -> IterationResult:
     assert batch.fingerprints.shape[1] == trainer.config.env.history_length + 1
     assert [len(x) for x in batch.old_logprobs] == batch.response_lengths.tolist()
     assert all(np.all(x <= 0) for x in batch.old_logprobs)
-    expected = reference_advantages(batch, trainer.config.advantage)
+    expected = batch_reference_advantages(batch, trainer.config.advantage)
     np.testing.assert_allclose(result.advantages, expected, rtol=0, atol=1e-9)
     assert np.isfinite(metrics["update/loss"]) and metrics["update/optimizer_steps"] >= 1
     after = _weights(trainer.model)
@@ -304,7 +226,9 @@ def test_crbc_trains_an_iteration_and_logs_what_its_closure_saw(tmp_path):
         if result.batch.episodes.won.any():  # 3 of 4 rollouts here; random play wins most of the time
             assert metrics["crbc/nonzero_step_credit_share"] > 0
         else:  # no success anywhere: no step credit, CRBC is GRPO exactly (the spec's property)
-            grpo = reference_advantages(result.batch, replace(trainer.config.advantage, estimator="grpo"))
+            grpo = batch_reference_advantages(
+                result.batch, replace(trainer.config.advantage, estimator="grpo")
+            )
             assert metrics["crbc/nonzero_step_credit_share"] == 0 and (result.advantages == grpo).all()
         assert (
             metrics["keys/merging/all_rollouts_share/closure"]

@@ -21,7 +21,7 @@ from hgpo_env.info import GROUP_KEYS
 from hgpo_env.vector.host import EnvSpec, Reply
 from hgpo_env.vector.layout import Layout, check_positive_int
 from hgpo_env.vector.results import GroupMismatchError, PoolError, ResetResult, StepResult
-from hgpo_env.vector.workers import Workers
+from hgpo_env.vector.workers import Hosting, Workers
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -161,7 +161,8 @@ class GroupedEnvPool:
         extra: dict[str, Any] = {"actor_options": ray_actor_options} if backend == "ray" else {}
         if backend == "openenv":
             extra = {"servers": list(servers or ()), "step_timeout": self.step_timeout, "token": server_token}
-        self._workers: Workers = workers_class(env_id, env_kwargs, hosted, self.reset_timeout, **extra)
+        hosting = Hosting(env_id, dict(env_kwargs), hosted)
+        self._workers: Workers = workers_class(hosting, self.reset_timeout, **extra)
         self._close = weakref.finalize(self, self._workers.close)
         self._status = [_Status.IDLE] * self.num_envs
         self._last: list[tuple[str, dict[str, Any]]] = [("", {})] * self.num_envs

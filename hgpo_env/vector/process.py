@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from hgpo_env.orphans import exit_with_parent
 from hgpo_env.vector.host import EnvHost, EnvSpec, Reply, sendable
-from hgpo_env.vector.workers import WorkerFailure, Workers
+from hgpo_env.vector.workers import Hosting, WorkerFailure, Workers
 
 CLOSE_TIMEOUT = 5.0
 """Seconds a worker gets to close its envs and exit before it is killed."""
@@ -107,25 +107,23 @@ class ProcessWorkers(Workers):
     host_class: ClassVar[type[EnvHost]] = EnvHost
     """What hosts the envs in each worker process."""
 
-    def __init__(
-        self,
-        env: EnvSpec,
-        env_kwargs: Mapping[str, Any],
-        hosted: Sequence[Sequence[int]],
-        start_timeout: float,
-    ) -> None:
-        super().__init__(hosted, start_timeout)
+    def __init__(self, hosting: Hosting, start_timeout: float) -> None:
+        super().__init__(hosting, start_timeout)
         self._context = multiprocessing.get_context("spawn")
-        self._env = env
-        self._env_kwargs = dict(env_kwargs)
-        self._processes: list[multiprocessing.process.BaseProcess | None] = [None] * len(hosted)
-        self._conns: list[Connection | None] = [None] * len(hosted)
+        self._processes: list[multiprocessing.process.BaseProcess | None] = [None] * len(self.hosted)
+        self._conns: list[Connection | None] = [None] * len(self.hosted)
 
     def _launch(self, worker: int) -> None:
         parent_end, child_end = self._context.Pipe()
         process = self._context.Process(
             target=_serve,
-            args=(child_end, self._env, self._env_kwargs, list(self.hosted[worker]), self.host_class),
+            args=(
+                child_end,
+                self._env(worker),
+                self.hosting.env_kwargs,
+                list(self.hosted[worker]),
+                self.host_class,
+            ),
             name=f"hgpo-env-worker-{worker}",
             daemon=True,
         )

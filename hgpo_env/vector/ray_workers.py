@@ -22,8 +22,8 @@ import ray
 from ray._private.state import available_resources_per_node  # no public per-node view; ray is pinned
 from ray.exceptions import ActorUnavailableError, RayError
 
-from hgpo_env.vector.host import EnvHost, EnvSpec, Reply, sendable
-from hgpo_env.vector.workers import WorkerFailure, Workers
+from hgpo_env.vector.host import EnvHost, Reply, sendable
+from hgpo_env.vector.workers import Hosting, WorkerFailure, Workers
 
 DEFAULT_ACTOR_OPTIONS: dict[str, Any] = {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
 LOST_NODE_GRACE = 30.0
@@ -65,22 +65,15 @@ def default_num_workers() -> int:
 
 class RayWorkers(Workers):
     def __init__(
-        self,
-        env: EnvSpec,
-        env_kwargs: Mapping[str, Any],
-        hosted: Sequence[Sequence[int]],
-        start_timeout: float,
-        actor_options: Mapping[str, Any] | None = None,
+        self, hosting: Hosting, start_timeout: float, actor_options: Mapping[str, Any] | None = None
     ) -> None:
-        super().__init__(hosted, start_timeout)
+        super().__init__(hosting, start_timeout)
         _connect()
         self._options = {**DEFAULT_ACTOR_OPTIONS, **(actor_options or {})}
         self._actor_class = ray.remote(_RayEnvHost)
-        self._env = env
-        self._env_kwargs = dict(env_kwargs)
-        self._actors: list[Any] = [None] * len(hosted)
-        self._pending: list[Any] = [None] * len(hosted)
-        self._nodes: list[Any] = [None] * len(hosted)  # each actor's node id (an ObjectRef)
+        self._actors: list[Any] = [None] * len(self.hosted)
+        self._pending: list[Any] = [None] * len(self.hosted)
+        self._nodes: list[Any] = [None] * len(self.hosted)  # each actor's node id (an ObjectRef)
         self._lost_nodes: dict[str, float] = {}  # node id -> when it was lost
         self._room: dict[str, dict[str, float]] | None = None  # free resources while replacing
 
@@ -101,7 +94,7 @@ class RayWorkers(Workers):
         if self._room is not None:
             self._claim_room(worker)
         actor = self._actor_class.options(**options).remote(
-            self._env, self._env_kwargs, list(self.hosted[worker])
+            self._env(worker), self.hosting.env_kwargs, list(self.hosted[worker])
         )
         self._actors[worker], self._pending[worker] = actor, actor.pid.remote()
         self._nodes[worker] = actor.node_id.remote()

@@ -13,11 +13,12 @@ server, the operation and the timeout), and their next reset moves to a server t
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from hgpo_env.vector.host import ConcurrentEnvHost, EnvSpec
 from hgpo_env.vector.process import ProcessWorkers
+from hgpo_env.vector.workers import Hosting
 
 SLACK = 5.0
 """Seconds a worker gets beyond its sessions' own timeouts before it is given up for dead."""
@@ -36,23 +37,21 @@ class OpenEnvWorkers(ProcessWorkers):
 
     def __init__(
         self,
-        env: EnvSpec,
-        env_kwargs: Mapping[str, Any],
-        hosted: Sequence[Sequence[int]],
+        hosting: Hosting,
         start_timeout: float,
         *,
         servers: Sequence[str],
         step_timeout: float,
         token: str | None = None,
     ) -> None:
-        if not isinstance(env, str):
+        if not isinstance(hosting.env, str):
             raise TypeError("backend='openenv' takes a registered env id (the servers make the envs)")
         if not servers:
             raise ValueError("backend='openenv' needs servers=[url, ...]")
-        super().__init__(env, env_kwargs, hosted, start_timeout)
+        super().__init__(hosting, start_timeout)
         self._factories = [
-            functools.partial(_remote_env, list(servers), worker, step_timeout, env, token)
-            for worker in range(len(hosted))
+            functools.partial(_remote_env, list(servers), worker, step_timeout, hosting.env, token)
+            for worker in range(len(self.hosted))
         ]
 
     def _patience(self, timeout: float) -> float:
@@ -60,6 +59,5 @@ class OpenEnvWorkers(ProcessWorkers):
         later, so a silent server costs its episodes, not the worker and the others it hosts."""
         return timeout + SLACK
 
-    def _launch(self, worker: int) -> None:
-        self._env = self._factories[worker]
-        super()._launch(worker)
+    def _env(self, worker: int) -> EnvSpec:
+        return self._factories[worker]

@@ -17,7 +17,7 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from hgpo_env.vector.host import Reply
+from hgpo_env.vector.host import EnvSpec, Reply
 from hgpo_env.vector.results import PoolError
 
 REVIVE_DELAYS = (1.0, 2.0, 4.0)
@@ -26,6 +26,15 @@ REVIVE_DELAYS = (1.0, 2.0, 4.0)
 
 class WorkerFailure(Exception):
     """A worker died or failed to start; the message says how."""
+
+
+class Hosting(NamedTuple):
+    """What the workers host: envs made from ``env`` with ``env_kwargs``; worker ``w`` hosts the env
+    indices ``hosted[w]``."""
+
+    env: EnvSpec
+    env_kwargs: Mapping[str, Any]
+    hosted: Sequence[Sequence[int]]
 
 
 class BatchResult(NamedTuple):
@@ -39,13 +48,14 @@ class BatchResult(NamedTuple):
 class Workers(abc.ABC):
     """Worker ``w`` hosts the envs ``hosted[w]``; :meth:`run` executes one batch on each."""
 
-    def __init__(self, hosted: Sequence[Sequence[int]], start_timeout: float) -> None:
-        self.hosted = hosted
+    def __init__(self, hosting: Hosting, start_timeout: float) -> None:
+        self.hosting = hosting
+        self.hosted = hosting.hosted
         self.start_timeout = start_timeout
         self.restarts = 0
         self.down: dict[int, str] = {}
         """Workers that could not be restarted, and why."""
-        self._pids = [-1] * len(hosted)
+        self._pids = [-1] * len(self.hosted)
 
     # ----------------------------------------------------------------- for backends
     @abc.abstractmethod
@@ -72,6 +82,10 @@ class Workers(abc.ABC):
     @abc.abstractmethod
     def close(self) -> None:
         """Stop every worker and wait until they are gone; idempotent."""
+
+    def _env(self, worker: int) -> EnvSpec:
+        """What the worker makes its envs from."""
+        return self.hosting.env
 
     def _patience(self, timeout: float) -> float:
         """Seconds a worker gets for one env's command."""

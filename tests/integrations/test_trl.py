@@ -18,7 +18,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from integration_setup import ENV_ID, ROOMS, import_error_without, reference_advantages
+from integration_setup import ENV_ID, ROOMS, import_error_without
+from reference_credit import reference_advantages
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import get_json_schema
 from trl import GRPOConfig, GRPOTrainer

@@ -20,7 +20,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from integration_setup import ENV_ID, ROOMS, import_error_without, reference_advantages
+from integration_setup import ENV_ID, ROOMS, import_error_without
+from reference_credit import reference_advantages
 from verl import DataProto
 from verl.trainer.config import AlgoConfig
 from verl.trainer.ppo import core_algos
