@@ -45,7 +45,8 @@ def float_column(x: Any, name: str, n: int | None = None) -> np.ndarray:
 
 
 def id_codes(ids: Any, name: str, n: int | None = None) -> np.ndarray:
-    """Dense int64 codes 0..m-1 of 1-D ids (ints or strings): equal ids get equal codes."""
+    """Dense int64 codes 0..m-1 of 1-D ids (ints or strings): equal ids get equal codes. Ids that
+    are dense codes already come back as they are (not copied)."""
     a = to_numpy(ids)
     if a.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {a.shape}")
@@ -54,7 +55,8 @@ def id_codes(ids: Any, name: str, n: int | None = None) -> np.ndarray:
     check_rows(a, name, n)
     if a.dtype.kind in "iu" and a.size and 0 <= a.min() and a.max() <= 4 * a.size:
         a = a.astype(np.int64, copy=False)  # small non-negative ints: dense codes in O(n), no sort
-        return (np.cumsum(np.bincount(a) > 0) - 1)[a]
+        present = np.bincount(a) > 0
+        return a if present.all() else (np.cumsum(present) - 1)[a]  # dense already: as they are
     try:
         return np.unique(a, return_inverse=True)[1].astype(np.int64, copy=False)
     except TypeError as err:  # object array of mutually unorderable values

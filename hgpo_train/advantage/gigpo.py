@@ -3,6 +3,7 @@ return normalised among the steps of its task group that act in the same state (
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -15,7 +16,7 @@ from hgpo_train.advantage.columns import (
     level0,
     real_setting,
 )
-from hgpo_train.advantage.grouping import PairSorter, normalise_clusters
+from hgpo_train.advantage.grouping import PairSorter, normalise, normalise_clusters, threads_for
 from hgpo_train.advantage.grpo import episode_advantages
 from hgpo_train.advantage.returns import credited_returns, episode_scores
 from hgpo_train.advantage.rows import Rows, StepCredit
@@ -47,26 +48,45 @@ def gigpo_advantages(
     n = len(ret)
     x = float_column(scores, "scores", n)
     groups = id_codes(group_ids, "group_ids", n)
-    state = level0(fingerprints, n)
-    rows, values = normalise_clusters(ret, PairSorter(groups), state, mode, ddof=1)
-    step = np.zeros(n)
-    step[rows] = values
+    step = _step_term(ret, groups, level0(fingerprints, n), mode)
+    return _blend(step, episode_advantages(x, groups, mode) if w_episode else None, w, w_episode)
+
+
+def _step_term(
+    ret: np.ndarray, groups: np.ndarray, state: np.ndarray, mode: str, state_nodes: np.ndarray | None = None
+) -> np.ndarray:
+    """``A_step``; ``state_nodes``, dense codes of each row's (group, state) where the caller has
+    them (GraphGPO's graph), are its clusters already and spare a sort."""
+    if state_nodes is None:
+        rows, values = normalise_clusters(ret, PairSorter(groups), state, mode, ddof=1)
+        step = np.zeros(len(ret))
+        step[rows] = values
+        return step
+    step = normalise(ret, state_nodes, mode, ddof=1)  # sums still add in row order: the same bits
+    step[state == 0] = 0.0
+    return step
+
+
+def _blend(step: np.ndarray, episode: np.ndarray | None, w: float, w_episode: float) -> np.ndarray:
     if w_episode == 0:  # as the recipe, which then skips the episode term
         return w * step
-    return w_episode * episode_advantages(x, groups, mode) + w * step
+    return w_episode * episode + w * step
 
 
 def credit(rows: Rows, config: AdvantageConfig) -> StepCredit:
     """GiGPO's (or GraphGPO's) advantages, crediting each step with ``config.returns``."""
-    returns = credited_returns(rows, config)
-    scores = episode_scores(rows.reward, rows.rollouts, rows.invalid, config.invalid_penalty)
-    advantages = gigpo_advantages(
-        returns,
-        scores,
-        rows.groups,
-        rows.fingerprints,
-        config.mode,
-        config.step_weight,
-        config.episode_weight,
-    )
+
+    def episode_term() -> np.ndarray | None:
+        if config.episode_weight == 0:
+            return None
+        scores = episode_scores(rows.reward, rows.rollouts, rows.invalid, config.invalid_penalty)
+        return episode_advantages(scores, rows.groups, config.mode)
+
+    # the episode term needs no return: on a large batch it runs on a thread meanwhile
+    with ThreadPoolExecutor(threads_for(len(rows), 2)) as pool:
+        episode = pool.submit(episode_term)
+        returns, state_nodes = credited_returns(rows, config)
+        state = level0(rows.state_keys(config.estimator))
+        step = _step_term(returns, rows.groups, state, config.mode, state_nodes)
+        advantages = _blend(step, episode.result(), config.step_weight, config.episode_weight)
     return StepCredit(advantages, returns)

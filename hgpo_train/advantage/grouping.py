@@ -8,6 +8,7 @@ Rows of one rollout must be in chronological order; rollouts may interleave (sor
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,9 @@ from hgpo_train.advantage.columns import as_fingerprints, id_codes
 
 EPS = 1e-6
 """Added to the std and to the weight sum, as in the released code."""
+PARALLEL_ROWS = 100_000
+"""From this many rows, independent parts of an estimator run on threads (below, starting them
+costs more than they save); numpy's sorts, gathers and arithmetic release the GIL."""
 
 # Odd 64-bit constant (2**64 / golden ratio): multiplying by it carries a key's low bits upwards.
 _SPREAD = np.uint64(0x9E3779B97F4A7C15)
@@ -63,17 +67,20 @@ class PairSorter:
         (unless ``zero_is_missing`` is False) and, if ``singletons`` is False, rows alone in
         their cluster are left out."""
         order, sorted_keys, same = self.sort(keys if self.perm is None else keys[self.perm])
-        keep = sorted_keys != 0 if zero_is_missing else np.ones(len(keys), dtype=bool)
-        if not singletons:
-            shared = np.zeros(len(keys), dtype=bool)
-            shared[1:] = same  # continues the previous row's cluster
-            shared[:-1] |= same  # or is continued by the next row
-            keep &= shared
         starts = np.empty(len(keys), dtype=bool)  # whether a sorted row starts a new cluster
         starts[:1] = True
         np.logical_not(same, out=starts[1:])
-        rows = order[keep]
-        return rows if self.perm is None else self.perm[rows], np.cumsum(starts[keep]) - 1
+        if singletons and not zero_is_missing:  # every row stays
+            rows, codes = order, np.cumsum(starts) - 1
+        else:
+            keep = sorted_keys != 0 if zero_is_missing else np.ones(len(keys), dtype=bool)
+            if not singletons:
+                shared = np.zeros(len(keys), dtype=bool)
+                shared[1:] = same  # continues the previous row's cluster
+                shared[:-1] |= same  # or is continued by the next row
+                keep &= shared
+            rows, codes = order[keep], np.cumsum(starts[keep]) - 1
+        return (rows if self.perm is None else self.perm[rows]), codes
 
     def sort(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For ``keys`` in group order: (order, keys[order], whether each sorted row after the
@@ -137,13 +144,19 @@ def level_clusters(group_ids: Any, fingerprints: Any) -> np.ndarray:
     return _clusters(id_codes(group_ids, "group_ids", len(fp)), fp).T
 
 
+def threads_for(n: int, tasks: int) -> int:
+    """Threads for ``tasks`` independent jobs over ``n`` rows: one per core from
+    :data:`PARALLEL_ROWS` rows, else one."""
+    return max(1, min(tasks, os.cpu_count() or 1)) if n >= PARALLEL_ROWS else 1
+
+
 def normalise(x: np.ndarray, codes: np.ndarray, mode: str, ddof: int) -> np.ndarray:
     """``x`` normalised within the clusters given by dense ``codes``.
 
     A singleton gives exactly 0 (its mean is itself); callers that want otherwise override it.
     """
     count = np.bincount(codes)
-    dev = x - (np.bincount(codes, weights=x) / count)[codes]
+    dev = x - (np.bincount(codes, weights=x) / np.maximum(count, 1))[codes]  # codes may skip some
     if mode == "mean_std_norm":
         var = np.bincount(codes, weights=dev * dev) / np.maximum(count - ddof, 1)
         dev /= (np.sqrt(var) + EPS)[codes]

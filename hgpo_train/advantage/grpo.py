@@ -18,8 +18,10 @@ if TYPE_CHECKING:
 def episode_advantages(scores: np.ndarray, groups: np.ndarray, mode: str) -> np.ndarray:
     """GRPO over dense group codes: the episode term every estimator with one shares."""
     a = normalise(scores, groups, mode, ddof=1)
-    single = (np.bincount(groups) == 1)[groups]  # released code: mean 0, std 1
-    a[single] = scores[single] / (1.0 + EPS) if mode == "mean_std_norm" else scores[single]
+    alone = np.bincount(groups) == 1
+    if alone.any():  # released code: mean 0, std 1
+        single = alone[groups]
+        a[single] = scores[single] / (1.0 + EPS) if mode == "mean_std_norm" else scores[single]
     return a
 
 

@@ -3,7 +3,6 @@ weights that grow with the context they share (shared/HGPO_SPEC.md)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -18,7 +17,7 @@ from hgpo_train.advantage.columns import (
     id_codes,
     real_setting,
 )
-from hgpo_train.advantage.grouping import EPS, PairSorter, normalise_clusters
+from hgpo_train.advantage.grouping import EPS, PairSorter, normalise_clusters, threads_for
 from hgpo_train.advantage.grpo import episode_advantages
 from hgpo_train.advantage.returns import credited_returns, episode_scores
 from hgpo_train.advantage.rows import Rows, StepCredit
@@ -28,8 +27,6 @@ if TYPE_CHECKING:
 
 ZERO_TOL = 1e-6
 """An HGPO item with ``|a| <= ZERO_TOL`` counts as zero and is dropped (spec, HGPO step 4)."""
-PARALLEL_ROWS = 100_000
-"""From this many rows, HGPO's levels run on threads (below, starting them costs more)."""
 
 
 def _level_items(
@@ -62,9 +59,8 @@ def _weighted_level_sums(
         den[rows[kept]] = weights[k]
         return num, den
 
-    workers = min(fp.shape[1], os.cpu_count() or 1)
     num, den = np.zeros(n), np.zeros(n)
-    with ThreadPoolExecutor(workers if n >= PARALLEL_ROWS else 1) as pool:
+    with ThreadPoolExecutor(threads_for(n, fp.shape[1])) as pool:
         for level_num, level_den in pool.map(level, range(fp.shape[1])):
             num += level_num
             den += level_den
@@ -131,7 +127,7 @@ def hgpo_advantages(
 
 def credit(rows: Rows, config: AdvantageConfig) -> StepCredit:
     """HGPO's advantages, crediting each step with ``config.returns``."""
-    returns = credited_returns(rows, config)
+    returns, _ = credited_returns(rows, config)
     scores = episode_scores(rows.reward, rows.rollouts, rows.invalid, config.invalid_penalty)
     advantages = hgpo_advantages(
         returns,

@@ -14,7 +14,7 @@ from hgpo_train.advantage.columns import (
     level0,
     real_setting,
 )
-from hgpo_train.advantage.grouping import last_rows, pair_codes
+from hgpo_train.advantage.grouping import PairSorter, last_rows
 from hgpo_train.advantage.rows import Rows
 
 if TYPE_CHECKING:
@@ -75,19 +75,26 @@ def distinct(values: np.ndarray) -> np.ndarray:
     return values[first]
 
 
-def node_codes(groups: np.ndarray, state: np.ndarray, after: np.ndarray) -> np.ndarray:
-    """Dense codes of the (group, state) and (group, next state) pairs, shape (n, 2).
+def node_codes(groups: np.ndarray, state: np.ndarray, after: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Dense codes of the (group, state) and (group, next state) pairs, shape (n, 2), and each
+    code's group; ``groups`` are dense codes.
 
     Each row's state goes beside its next state, so the pairs stay in group order (no sort by
     group), and a pair equal to the one before it (a step's next state is mostly the next row's
     state) takes its code without being sorted again.
     """
-    group_of = np.repeat(groups, 2)
     key = np.column_stack([state, after]).ravel()
-    new = np.ones(len(key), dtype=bool)
-    new[1:] = (key[1:] != key[:-1]) | (group_of[1:] != group_of[:-1])
-    codes = pair_codes(group_of[new], key[new])
-    return codes[np.cumsum(new) - 1].reshape(-1, 2)
+    new = np.empty(len(key), dtype=bool)
+    new[:1] = True
+    np.not_equal(key[1:], key[:-1], out=new[1:])
+    new[2::2] |= groups[1:] != groups[:-1]  # a group starts only at a row's state
+    kept = np.flatnonzero(new)
+    kept_groups = groups[kept >> 1]
+    rows, kept_codes = PairSorter(kept_groups).clusters(key[kept], zero_is_missing=False)
+    codes = np.empty(len(kept), np.int64)
+    codes[rows] = kept_codes
+    first = np.flatnonzero(np.diff(kept_codes, prepend=-1))  # codes come cluster by cluster
+    return codes[np.cumsum(new) - 1].reshape(-1, 2), kept_groups[rows[first]]
 
 
 def graph_distances(
@@ -101,22 +108,31 @@ def graph_distances(
     success nodes; a node that cannot reach success gets its group's largest finite distance
     + 1, the success node's 0 included, so a group without success puts every node at 1.
     """
+    d_state, d_next, _ = _graph_distances(group_ids, states, next_states, success)
+    return d_state, d_next
+
+
+def _graph_distances(
+    group_ids: Any, states: Any, next_states: Any, success: Any
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`graph_distances` and each row's state node: a dense code of its (group, state)."""
     state = level0(states)
     n = len(state)
     after = level0(next_states, n)
     done = float_column(success, "success", n) != 0
     groups = id_codes(group_ids, "group_ids", n)
-    nodes = node_codes(groups, state, after)
-    first_success = int(nodes.max(initial=-1)) + 1  # success nodes follow, one per group
+    nodes, state_group = node_codes(groups, state, after)
+    first_success = len(state_group)  # success nodes follow, one per group
     size = first_success + int(groups.max(initial=-1)) + 1
     source = nodes[:, 0]
     target = np.where(done, first_success + groups, nodes[:, 1])
-    node_group = np.empty(size, dtype=np.int64)
-    node_group[nodes] = groups[:, None]
-    node_group[first_success:] = np.arange(size - first_success)
+    node_group = np.concatenate([state_group, np.arange(size - first_success)])
 
     # the distinct edges into each node, as a CSR table: one value sort of (target, source) words
-    edges = distinct((target.astype(np.uint64) << np.uint64(32)) | source.astype(np.uint64))
+    words = target.astype(np.uint64)
+    words <<= np.uint64(32)
+    words |= source.view(np.uint64)
+    edges = distinct(words)
     sources = (edges & np.uint64(0xFFFFFFFF)).astype(np.int64)
     into = np.bincount((edges >> np.uint64(32)).astype(np.int64), minlength=size)
     first_edge = np.cumsum(into) - into
@@ -134,7 +150,7 @@ def graph_distances(
     far = np.zeros(size - first_success, dtype=np.int64)
     np.maximum.at(far, node_group, distance)
     distance = np.where(distance < 0, far[node_group] + 1, distance)
-    return distance[source], distance[target]
+    return distance[source], distance[target], source
 
 
 def graph_returns(
@@ -154,32 +170,40 @@ def graph_returns(
     see :func:`graph_distances`. ``traj_ids`` must identify rollouts uniquely across the batch.
     """
     r = float_column(rewards, "rewards")
-    rollout = id_codes(traj_ids, "traj_ids", len(r))
     g = real_setting(gamma, "gamma", 0.0, 1.0)
+    penalty = invalid_penalties(invalid, invalid_penalty, len(r))
+    rollout = id_codes(traj_ids, "traj_ids", len(r))
+    return _graph_returns(r, rollout, group_ids, states, next_states, g, penalty, normalize_distance)[0]
+
+
+def _graph_returns(
+    r: np.ndarray, rollout: np.ndarray, group_ids: Any, states: Any, next_states: Any, g: float,
+    penalty: np.ndarray, normalize_distance: bool,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """:func:`graph_returns` on checked columns, and each row's state node (see
+    :func:`_graph_distances`)."""
     if normalize_distance and g == 0:
         raise ValueError("normalize_distance needs gamma > 0 (a step away from success has exponent < 0)")
-    penalty = invalid_penalties(invalid, invalid_penalty, len(r))
     won = (np.bincount(rollout, weights=r) > 0)[rollout]
-    d_state, d_next = graph_distances(group_ids, states, next_states, won & last_rows(rollout))
+    d_state, d_next, nodes = _graph_distances(group_ids, states, next_states, won & last_rows(rollout))
     exponent = d_next - d_state + 1 if normalize_distance else d_next
-    return GRAPH_RETURN_SCALE * g ** exponent.astype(np.float64) - penalty
+    low = int(exponent.min(initial=0))  # a few distinct exponents: one power each, then a gather
+    power = GRAPH_RETURN_SCALE * g ** np.arange(low, int(exponent.max(initial=0)) + 1, dtype=np.float64)
+    return power[exponent - low] - penalty, nodes
 
 
-def credited_returns(rows: Rows, config: AdvantageConfig) -> np.ndarray:
-    """The return gigpo, graphgpo and hgpo credit each step with (``config.returns``)."""
+def credited_returns(rows: Rows, config: AdvantageConfig) -> tuple[np.ndarray, np.ndarray | None]:
+    """The return gigpo, graphgpo and hgpo credit each step with (``config.returns``) and, for
+    graph returns, each row's state node: the dense (group, state) codes GiGPO's grouping needs,
+    which the graph has already made."""
     fingerprints = rows.state_keys(config.estimator)
     if config.returns == "discounted":
-        return step_returns(rows.reward, rows.rollouts, config.gamma, rows.invalid, config.invalid_penalty)
+        returns = step_returns(rows.reward, rows.rollouts, config.gamma, rows.invalid, config.invalid_penalty)
+        return returns, None
     if rows.next_states is None:
         raise ValueError("graph returns need each step's next-state key (next_states)")
-    return graph_returns(
-        rows.reward,
-        rows.rollouts,
-        rows.groups,
-        fingerprints[:, 0],
-        rows.next_states,
-        config.gamma,
-        rows.invalid,
-        config.invalid_penalty,
-        config.normalize_distance,
-    )
+    penalty = invalid_penalties(rows.invalid, config.invalid_penalty, len(rows))
+    return _graph_returns(
+        rows.reward, rows.rollouts, rows.groups, fingerprints[:, 0], rows.next_states, config.gamma,
+        penalty, config.normalize_distance,
+    )  # fmt: skip
