@@ -1,6 +1,6 @@
 """Env steps per second and step latency over OpenEnv's WebSocket, beside the in-process pool.
 
-    python benchmarks/serve_throughput.py [--seconds 5] [--sessions 1 16 64 256 1024] [--webshop-data PATH]
+    python benchmarks/serve_throughput.py [--seconds 5] [--sessions 1 16 64 256 1024] [--servers 1] [--webshop-data PATH]
 
 For Rooms and WebShop, a server (``python -m hgpo_env serve``, one process) is started on
 127.0.0.1 and N sessions are opened (connect and first reset; the time is printed, "open s"), then
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import statistics
@@ -60,24 +61,29 @@ async def play(ws: Any, reply: dict, rng: random.Random, until: float, latencies
     return steps
 
 
+def resident(servers: list[psutil.Process]) -> int:
+    return sum(server.memory_info().rss for server in servers)
+
+
 async def served(
-    url: str, sessions: int, seconds: float, server: psutil.Process
+    urls: list[str], sessions: int, seconds: float, servers: list[psutil.Process]
 ) -> tuple[float, list[float], float, float]:
-    """Steps/s, step latencies, the server's peak resident memory (bytes), and the seconds it took
-    to open the sessions (connect and first reset, 64 at a time): a trainer opens its sessions once,
-    so the steps/s and latencies are of open sessions only."""
+    """Steps/s, step latencies, the servers' peak resident memory (bytes, together), and the seconds
+    it took to open the sessions (connect and first reset, 64 at a time; session i on server
+    i mod the number of servers): a trainer opens its sessions once, so the steps/s and latencies
+    are of open sessions only."""
     began = time.perf_counter()
     opening = asyncio.Semaphore(64)
-    opened = await asyncio.gather(*(open_session(url, i, opening) for i in range(sessions)))
+    opened = await asyncio.gather(*(open_session(urls[i % len(urls)], i, opening) for i in range(sessions)))
     open_s = time.perf_counter() - began
     latencies: list[float] = []
-    peak = server.memory_info().rss
+    peak = resident(servers)
     playing = True
 
     async def sample() -> None:
         nonlocal peak
         while playing:
-            peak = max(peak, server.memory_info().rss)
+            peak = max(peak, resident(servers))
             await asyncio.sleep(0.2)
 
     sampler = asyncio.create_task(sample())
@@ -120,6 +126,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--sessions", type=int, nargs="+", default=[1, 16, 64, 256, 1024])
     parser.add_argument(
+        "--servers", type=int, default=1, help="server processes, each with its share of the sessions"
+    )
+    parser.add_argument(
         "--webshop-data", default=str(Path(__file__).resolve().parents[2] / "shared/data/webshop")
     )
     args = parser.parse_args()
@@ -132,13 +141,18 @@ def main() -> None:
     )
     for env_id, env_args in envs:
         kwargs = dict(arg.split("=", 1) for arg in env_args)
-        with running_server(env_id, *env_args, "--max-sessions", str(max(args.sessions))) as (url, process):
-            server = psutil.Process(process.pid)
-            idle = server.memory_info().rss  # the started server, its env made once
-            for n in args.sessions:
-                rate, lat, peak, open_s = asyncio.run(
-                    served(url.replace("http", "ws") + "/ws", n, args.seconds, server)
+        with contextlib.ExitStack() as stack:
+            started = [
+                stack.enter_context(
+                    running_server(env_id, *env_args, "--max-sessions", str(max(args.sessions)))
                 )
+                for _ in range(args.servers)
+            ]
+            urls = [url.replace("http", "ws") + "/ws" for url, _ in started]
+            servers = [psutil.Process(process.pid) for _, process in started]
+            idle = resident(servers)  # the started servers, each with its env made once
+            for n in args.sessions:
+                rate, lat, peak, open_s = asyncio.run(served(urls, n, args.seconds, servers))
                 grown = peak - idle
                 pool_rate, pool_lat = pooled(env_id, kwargs, n, args.seconds)
                 print(
