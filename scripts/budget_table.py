@@ -1,4 +1,5 @@
-"""A budget-matched table: GRPO, GiGPO, HGPO, GraphGPO and CRBC on three envs, 3 training seeds each, on CPU.
+"""A budget-matched table: GRPO, GiGPO, HGPO, GraphGPO, G2PO and CRBC (and its K = 0 member) on three
+envs, 3 training seeds each, on CPU.
 
     python scripts/budget_table.py                  # every run, then docs/budget_table.json
     python scripts/budget_table.py --summary-only   # the table from the runs already finished
@@ -8,7 +9,7 @@ Within one env every method gets the same budget: the same iterations of the sam
 rollouts (so the same episodes and the same number of updates, one per iteration with the same
 mini-batch size), the same seeds, the same model, prompt (K = 2) and decoding. Only
 ``advantage.estimator`` differs (GraphGPO with its graph returns' base 0.1, as in the estimator
-study). Env steps are not fixed (episodes end when won), so each method's mean is reported.
+study; ``crbc-k0`` is CRBC at depth 0). Env steps are not fixed (episodes end when won), so each method's mean is reported.
 
 * ``rooms-shown``: Rooms from configs/rooms_demo.yaml with ``show_carried``: observations show what
   the agent carries (the study's control; what lies in other rooms stays hidden).
@@ -37,15 +38,17 @@ from pathlib import Path
 from demo_curves import ROOT, train
 
 from hgpo_env.panel import build_panel
-from hgpo_train.compare import comparison_table, load_result, markdown
+from hgpo_train.compare import comparison_table, labels, load_result, markdown
 from hgpo_train.config import load_config
 
-METHODS = {  # method: overrides besides advantage.estimator
-    "grpo": [],
-    "gigpo": [],
-    "hgpo": [],
-    "graphgpo": ["advantage.gamma=0.1"],
-    "crbc": [],  # its paper's defaults: the closure, beta 0.98, w_S 5
+METHODS = {  # method: its advantage.estimator and the overrides besides
+    "grpo": ("grpo", []),
+    "gigpo": ("gigpo", []),
+    "hgpo": ("hgpo", []),
+    "graphgpo": ("graphgpo", ["advantage.gamma=0.1"]),
+    "g2po": ("g2po", []),  # its released code's settings
+    "crbc": ("crbc", []),  # its paper's defaults: the closure, beta 0.98, w_S 5
+    "crbc-k0": ("crbc", ["advantage.crbc.depth=0"]),  # its finite-depth member at K = 0
 }
 PANEL_TASKS = 64
 SAMPLES_PER_TASK = 4
@@ -99,9 +102,10 @@ def results_file(setting: Setting, method: str, seed: int) -> Path:
 
 def run(setting: Setting, method: str, seed: int, panel: Path) -> None:
     folder = results_file(setting, method, seed).parents[1]
+    estimator, method_overrides = METHODS[method]
     overrides = [
         *setting.overrides,
-        *METHODS[method],
+        *method_overrides,
         f"train.iterations={setting.iterations}",
         f"train.eval_every={setting.iterations}",
         f"train.save_every={setting.iterations // 2}",
@@ -114,7 +118,7 @@ def run(setting: Setting, method: str, seed: int, panel: Path) -> None:
         "logging.progress_bar=false",
         "logging.tensorboard=false",
     ]
-    train(setting.config, method, str(folder), overrides)
+    train(setting.config, estimator, str(folder), overrides)
 
 
 def table(seeds: list[int]) -> dict:
@@ -125,9 +129,13 @@ def table(seeds: list[int]) -> dict:
         files = [f for f in files if f.is_file()]
         if not files:
             continue
-        compared = comparison_table([load_result(f) for f in files], baseline="grpo")
-        for method, row in compared["methods"].items():
-            runs = [results_file(setting, method, seed) for seed in row["seeds"]]
+        results = [load_result(f) for f in files]
+        compared = comparison_table(results, baseline="grpo")
+        by_row: dict[str, list[Path]] = {}  # a row is named by compare (crbc-k0: "crbc (depth=0)")
+        for result, row_name in zip(results, labels(results)):
+            by_row.setdefault(row_name, []).append(result.path)
+        for row_name, row in compared["methods"].items():
+            runs = by_row[row_name]
             row["env_steps"] = sum(_env_steps(f.parents[1]) for f in runs) / len(runs)
             row["run_seconds"] = [round(_wall_seconds(f)) for f in runs]
         out[setting.name] = {"iterations": setting.iterations, **compared}
