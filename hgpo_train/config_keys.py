@@ -147,6 +147,18 @@ def set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
     node[name] = value
 
 
+def flatten_dotted(tree: Mapping[str, Any], depth: int | None = None, prefix: str = "") -> dict[str, Any]:
+    """The tree's values by dotted key (``advantage.crbc.depth``), as :func:`set_dotted` names
+    them; ``depth`` levels of mappings are opened (None: all), deeper ones stay whole values."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping) and (depth is None or depth > 0):
+            flat.update(flatten_dotted(value, None if depth is None else depth - 1, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """The nested sections of a YAML run config; errors are one line."""
     path = Path(path)

@@ -32,7 +32,7 @@ from hgpo_env.panel import Panel, PanelError, panel_from_episodes
 from hgpo_env.vector import GroupedEnvPool
 from hgpo_train.checkpoint import latest_checkpoint
 from hgpo_train.config import Config, ConfigError, load_config
-from hgpo_train.config_keys import describe_options, dotted_flags_as_overrides
+from hgpo_train.config_keys import describe_options, dotted_flags_as_overrides, flatten_dotted
 from hgpo_train.modeling import resolve_device
 from hgpo_train.policy import build_generator, load_run_policy
 from hgpo_train.provenance import run_info
@@ -121,22 +121,11 @@ RESULTS = "evals"
 """The run folder's evaluations: one results file per evaluation, ``iter_000010.json``."""
 
 
-def _dotted(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested settings as flat dotted keys (``crbc.depth``), so a table row names the one that differs."""
-    flat: dict[str, Any] = {}
-    for key, value in settings.items():
-        if isinstance(value, dict):
-            flat.update(_dotted(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 def results_json(config: Config, result: EvalResult, checkpoint: str) -> dict[str, Any]:
     """What a results file holds: the result, the run (method, its settings, training seed) and
     the provenance. The settings are K (what the prompt shows) and the estimator's: runs of one
     method that differ in them are different rows of :mod:`hgpo_train.compare`'s table."""
-    settings = {"history_length": config.env.history_length, **_dotted(asdict(config.advantage))}
+    settings = {"history_length": config.env.history_length, **flatten_dotted(asdict(config.advantage))}
     settings.pop("estimator")
     run = {
         "method": config.advantage.estimator,

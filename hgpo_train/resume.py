@@ -12,6 +12,7 @@ from typing import Any
 
 from hgpo_env.arguments import read_yaml
 from hgpo_train.config import BACKEND_SECTION, Config, ConfigError
+from hgpo_train.config_keys import flatten_dotted
 
 RESUMABLE_CHANGES = frozenset(
     {"train.iterations", "train.output_dir", "train.threads", "train.device", "logging.progress_bar"}
@@ -22,7 +23,7 @@ RESUMABLE_CHANGES = frozenset(
 def config_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """``key: old -> new`` for each key whose value differs between two config dicts, apart
     from :data:`RESUMABLE_CHANGES` and the ``openrlhf:`` section."""
-    flat_old, flat_new = _flatten(old), _flatten(new)
+    flat_old, flat_new = flatten_dotted(old, depth=1), flatten_dotted(new, depth=1)  # dict fields stay whole
     return [
         f"{key}: {flat_old.get(key, '(unset)')!r} -> {flat_new.get(key, '(unset)')!r}"
         for key in sorted(flat_old.keys() | flat_new.keys())
@@ -44,13 +45,3 @@ def check_resumed_config(saved: Path, config: Config, *, allow: bool) -> list[st
             "or --overwrite to start the run again"
         )
     return changes
-
-
-def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, Mapping) and prefix == "":  # sections only; dict-valued fields stay whole
-            flat.update(_flatten(value, f"{key}."))
-        else:
-            flat[prefix + key] = value
-    return flat
