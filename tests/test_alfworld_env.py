@@ -15,10 +15,9 @@ pytest.importorskip("alfworld")
 
 import fast_downward
 import gymnasium
-from textworld.envs.pddl import logic as pddl_logic
 
 import hgpo_env  # noqa: F401 (registers the ids)
-from hgpo_env.envs.alfworld import TASK_TYPES, ALFWorldEnv, evaluation_task_ids, narrate
+from hgpo_env.envs.alfworld import TASK_TYPES, ALFWorldEnv, evaluation_task_ids
 from hgpo_env.envs.alfworld import env as env_module
 from hgpo_env.envs.alfworld.compiled import CompileCache, GameSource
 from hgpo_env.envs.alfworld.engine import Engine
@@ -202,27 +201,6 @@ def test_translation_runs_once_per_game(
     first = first[0]
     stored[0].write_bytes(b"not a pickle")
     assert new_process_env().reset(options={"task_id": 5})[0] == first and len(calls) == 2  # recompiled
-
-
-def test_grammars_parsed_with_the_task_masked_read_as_textworld_reads_them(alfworld_data: Path) -> None:
-    """One TatSu parse serves every game of the release (their grammars differ in the task line
-    only); what it gives each game equals TextWorld's parser on that game's own document."""
-    narrate._document.cache_clear()
-    games = sorted((alfworld_data / "valid_seen").rglob("game.tw-pddl"))[::7]
-    masked = []
-    for path in games:
-        grammar = read_game(path)["grammar"]
-        actions, rules = narrate._actions_and_rules(grammar)
-        masked.append(narrate._document.cache_info().misses)
-        own_actions, own_rules = narrate._DocumentConverter().walk(
-            pddl_logic._PARSER.parse(grammar, rule_name="pddlStart")
-        )
-        assert rules == own_rules and list(rules) == list(own_rules), path
-        assert {name: vars(a) for name, a in actions.items()} == {
-            name: vars(a) for name, a in own_actions.items()
-        }, path
-        assert rules["task"][0]["rhs"].startswith("Your task is to: ")
-    assert len(games) == 20 and masked[-1] == 1  # one parse for all twenty games
 
 
 def test_expert_follows_the_walkthrough_until_the_agent_leaves_it(alfworld_data: Path) -> None:

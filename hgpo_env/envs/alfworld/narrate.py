@@ -6,15 +6,14 @@ step derives one command per applicable action. :class:`Narrator` expands the sa
 trees (parsed by TextWorld, cached here by text) under the same rules: the first production
 whose condition holds in the state, conditions and lists expanded per matching assignment,
 ``{...}`` expressions evaluated against the bound entities. Contexts are passed by value and
-never mutated, so nothing needs copying. :func:`game_logic` parses a grammar document once per
-release: its games differ only in their task line, which is masked for the parse and put back.
+never mutated, so nothing needs copying. :func:`game_logic` reads a game's grammar document
+with the same per-text cache, since the games of a release differ only in their task line.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -59,9 +58,13 @@ def _code(expression: str) -> Any:
 
 
 class _DocumentConverter(pddl_logic._ModelConverter):
-    """TextWorld's reading of a ``.twl2`` document into its actions and grammar rules."""
+    """TextWorld's reading of a ``.twl2`` document, with each production parsed once per process.
 
-    def walk_PddlDocumentNode(self, node: Any) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
+    Games of one release share their grammar but for the task line, and parsing the productions
+    is most of the cost of reading a grammar; TextWorld would parse them all again per game.
+    """
+
+    def walk_PddlDocumentNode(self, node: Any) -> tuple[dict[str, Any], ContextSensitiveGrammar]:
         actions, rules = {}, {}
         for part in node.parts:
             if isinstance(part, ActionTypeNode):
@@ -71,49 +74,22 @@ class _DocumentConverter(pddl_logic._ModelConverter):
                 rules.update(json.loads("\n".join(lines)))
             elif isinstance(part, ActionGrammarNode):
                 rules.update(json.loads(self._unescape_block(part.code)))
-        return actions, rules
-
-
-_TASK_LINE = re.compile(r'"task"\s*:\s*\[\s*\{\s*"rhs"\s*:\s*("(?:[^"\\]|\\.)*")')
-"""The task production's text in a grammar document: the one line in which a release's games differ."""
-_TASK_MARK = "hgpo: the task line"
-
-
-@functools.lru_cache(maxsize=64)
-def _document(text: str) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
-    """The actions and grammar rules of a grammar document: TatSu's parse of it, once per text."""
-    return _DocumentConverter().walk(pddl_logic._PARSER.parse(text, rule_name="pddlStart"))
-
-
-def _actions_and_rules(grammar: str) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
-    """:func:`_document` of ``grammar``, parsed with its task line masked, so the games of a
-    release share one parse (most of reading a grammar); the game's own task goes back in after."""
-    found = list(_TASK_LINE.finditer(grammar))
-    if len(found) != 1:
-        return _document(grammar)
-    literal = found[0].span(1)
-    actions, rules = _document(f"{grammar[: literal[0]]}{json.dumps(_TASK_MARK)}{grammar[literal[1] :]}")
-    task = json.loads(found[0].group(1))
-    productions = [{**p, "rhs": task} if p["rhs"] == _TASK_MARK else p for p in rules["task"]]
-    return actions, {**rules, "task": productions}
-
-
-def _grammar(rules: Mapping[str, list[dict[str, Any]]]) -> ContextSensitiveGrammar:
-    grammar = ContextSensitiveGrammar()
-    for name, productions in rules.items():
-        for production in productions:
-            rhs = list(parse_symbols(production["rhs"]))
-            condition = production.get("condition", "")
-            grammar.add_rule(ProductionRule(name, rhs, production.get("weight", 1), condition))
-    return grammar
+        grammar = ContextSensitiveGrammar()
+        for name, productions in rules.items():
+            for production in productions:
+                rhs = list(parse_symbols(production["rhs"]))
+                condition = production.get("condition", "")
+                grammar.add_rule(ProductionRule(name, rhs, production.get("weight", 1), condition))
+        return actions, grammar
 
 
 def game_logic(domain: str, grammar: str) -> GameLogic:
-    """What ``GameLogic(domain, grammar)`` builds, reusing the parsed document across games."""
+    """What ``GameLogic(domain, grammar)`` builds, reusing parsed productions across games."""
     logic = GameLogic.__new__(GameLogic)
     logic.domain, logic.types = domain, TypeHierarchy()
-    logic.actions, rules = _actions_and_rules(grammar)
-    logic.grammar = _grammar(rules)
+    logic.actions, logic.grammar = _DocumentConverter().walk(
+        pddl_logic._PARSER.parse(grammar, rule_name="pddlStart")
+    )
     return logic
 
 
