@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
@@ -117,6 +118,14 @@ def test_a_broken_game_fails_at_reset_naming_the_file(tmp_path: Path, real_game:
     env = ALFWorldEnv(split="valid_seen", data_path=tmp_path, disk_cache=False)
     with pytest.raises(GameDataError, match=f"{path}: cannot load the game"):
         env.reset(options={"task_id": 0})
+    assert gc.isenabled()  # the translator's pause of the cycle collector ends on failure too
+    gc.disable()  # and a collector the user turned off stays off
+    try:
+        with pytest.raises(GameDataError):
+            env.reset(options={"task_id": 0})
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 def test_listing_is_cached_until_a_file_changes(

@@ -23,11 +23,10 @@ from pathlib import Path
 
 import alfworld.gen.constants as alfred
 import alfworld.gen.goal_library as goals
-import fast_downward
 from alfworld.info import ALFRED_PDDL_PATH, ALFRED_TWL2_PATH
 
 from hgpo_env.data import data_home
-from hgpo_env.envs.alfworld.compiled import CompileCache, GameSource
+from hgpo_env.envs.alfworld.compiled import CompileCache, GameSource, translate
 from hgpo_env.envs.alfworld.containment import contained
 from hgpo_env.envs.alfworld.engine import Engine, acquire_library, release_library
 from hgpo_env.envs.alfworld.games import GAME_FILE, SPLITS, TASK_TYPES, TRAJ_FILE
@@ -307,8 +306,8 @@ def planner_solves(source: GameSource) -> bool:
     """Whether fast_downward's search finds a plan for the game."""
     lib = acquire_library()
     try:
+        _, sas = translate(source, optimize=True)
         with contained():
-            _, sas = fast_downward.pddl2sas(source.domain, source.problem, optimize=True)
             return bool(lib.solve_sas(sas.encode("utf-8"), False))
     finally:
         release_library(lib)
