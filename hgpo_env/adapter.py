@@ -305,8 +305,7 @@ class TextAdapter(TextEnv):
     def _call(self, function: Callable[..., Any], *args: Any) -> Any:
         if self._rng is None:
             return function(*args)
-        with self._rng:
-            return function(*args)
+        return self._rng.call(function, *args)
 
     def _absorb(self, raw: Raw, accepted: bool) -> str:
         """Take in the env's answer; return what the prompt shows. A refused command leaves the

@@ -77,23 +77,36 @@ class PromptTemplate:
         admissible_actions: Sequence[str],
     ) -> str:
         """The prompt text; ``history`` is in chronological order."""
+        shown = [self.past_step(past) for past in history]
+        return self.layout(task, steps_taken, shown, observation, admissible_actions)
+
+    def past_step(self, past: PastStep) -> str:
+        """How the prompt shows one remembered step (made once per step by :class:`KStepMemory`)."""
+        return (
+            f"[Step {past.number}] Observation: {past.observation}\n"
+            f"[Step {past.number}] Action: {past.action or NO_ACTION}"
+        )
+
+    def layout(
+        self,
+        task: str,
+        steps_taken: int,
+        shown_history: Sequence[str],
+        observation: str,
+        admissible_actions: Sequence[str],
+    ) -> str:
+        """The prompt around remembered steps already shown by :meth:`past_step`."""
         lines = [self.intro, f"Your task is to: {task}"]
         if steps_taken == 0:
             lines.append("This is your first step.")
-        elif not history:
+        elif not shown_history:
             lines.append(f"You have taken {steps_taken} step(s) so far.")
         else:
             lines.append(
                 f"You have taken {steps_taken} step(s) so far. "
-                f"Your last {len(history)} observation(s) and action(s):"
+                f"Your last {len(shown_history)} observation(s) and action(s):"
             )
-            lines.extend(
-                [
-                    f"[Step {past.number}] Observation: {past.observation}\n"
-                    f"[Step {past.number}] Action: {past.action or NO_ACTION}"
-                    for past in history
-                ]
-            )
+            lines.extend(shown_history)
         lines.append(f"You are now at step {steps_taken + 1}. Current observation: {observation}")
         if self.list_actions:
             lines.append("Admissible actions:")
@@ -159,6 +172,7 @@ class KStepMemory(gym.Wrapper[str, str, str, str]):
             env_attribute(env, "env_family"), fingerprint_mode, fingerprint_state
         )
         self._history: deque[PastStep] = deque(maxlen=history_length)
+        self._shown_history: deque[str] = deque(maxlen=history_length)
         self._steps_taken = 0
         self._observation = ""
         self._state = 0
@@ -174,6 +188,7 @@ class KStepMemory(gym.Wrapper[str, str, str, str]):
     ) -> tuple[str, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
         self._history.clear()
+        self._shown_history.clear()
         self._steps_taken = 0
         prompt = self._observe(obs, info)
         info["initial_fingerprint"] = self.fingerprinter.initial(info["task"], info["state_text"])
@@ -191,31 +206,36 @@ class KStepMemory(gym.Wrapper[str, str, str, str]):
         parsed = info["parsed_action"]
         info["action_key"] = self.fingerprinter.action(parsed)
         record = self.fingerprinter.record(self._state, parsed)
-        self._history.append(PastStep(self._steps_taken, self._observation, parsed, record))
+        past = PastStep(self._steps_taken, self._observation, parsed, record)
+        self._history.append(past)
+        if self.history_length:  # K = 0 shows no past step: none to lay out
+            self._shown_history.append(self.template.past_step(past))
         return self._observe(obs, info), reward, terminated, truncated, info
 
     def _observe(self, obs: str, info: dict[str, Any]) -> str:
         """Render the prompt for ``obs`` and add the fingerprint keys to ``info``."""
         self._observation = info["state_text"]
         self._state = self.fingerprinter.state(self._observation, info["admissible_actions"])
-        history = list(self._history)
-        prompt = self._render(history, obs, info)
-        while self.max_prompt_tokens is not None and history and self._too_long(prompt):
-            history.pop(0)
-            prompt = self._render(history, obs, info)
-        if self.max_prompt_tokens is not None and not history and self._too_long(prompt):
+        shown = list(self._shown_history)
+        prompt = self._render(shown, obs, info)
+        while self.max_prompt_tokens is not None and shown and self._too_long(prompt):
+            shown.pop(0)
+            prompt = self._render(shown, obs, info)
+        if self.max_prompt_tokens is not None and not shown and self._too_long(prompt):
             warnings.warn(
                 f"prompt exceeds max_prompt_tokens={self.max_prompt_tokens} even without history",
                 stacklevel=3,
             )
-        records = [past.record for past in reversed(history)]
+        records = [past.record for past in reversed(self._history)][: len(shown)]
         info["fingerprints"] = self.fingerprinter.levels(self._state, records, self.history_length + 1)
         info["fingerprint_mode"] = self.fingerprinter.mode
-        info["history_used"] = len(history)
+        info["history_used"] = len(shown)
         return prompt
 
-    def _render(self, history: Sequence[PastStep], obs: str, info: dict[str, Any]) -> str:
-        return self.template.render(info["task"], self._steps_taken, history, obs, info["admissible_actions"])
+    def _render(self, shown_history: Sequence[str], obs: str, info: dict[str, Any]) -> str:
+        return self.template.layout(
+            info["task"], self._steps_taken, shown_history, obs, info["admissible_actions"]
+        )
 
     def _too_long(self, prompt: str) -> bool:
         assert self.tokenizer is not None and self.max_prompt_tokens is not None

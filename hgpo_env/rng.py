@@ -15,8 +15,9 @@ thread-safe here (a pool runs them in processes).
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -34,6 +35,9 @@ _PY_NAMES = _bound_names(random, random.Random())
 _NP_NAMES = _bound_names(np.random, np.random.RandomState())
 _PY_GLOBAL = {name: getattr(random, name) for name in _PY_NAMES}
 _NP_GLOBAL = {name: getattr(np.random, name) for name in _NP_NAMES}
+_PY_MODULE = vars(random)
+_NP_MODULE = vars(np.random)
+_T = TypeVar("_T")
 
 
 class IsolatedRNG:
@@ -53,9 +57,20 @@ class IsolatedRNG:
         self.numpy.seed(seed % 2**32)
 
     def __enter__(self) -> None:
-        vars(random).update(self._python_functions)
-        vars(np.random).update(self._numpy_functions)
+        _PY_MODULE.update(self._python_functions)
+        _NP_MODULE.update(self._numpy_functions)
 
     def __exit__(self, *exc_info: object) -> None:
-        vars(random).update(_PY_GLOBAL)
-        vars(np.random).update(_NP_GLOBAL)
+        _PY_MODULE.update(_PY_GLOBAL)
+        _NP_MODULE.update(_NP_GLOBAL)
+
+    def call(self, function: Callable[..., _T], /, *args: Any) -> _T:
+        """``function(*args)`` on these streams: a ``with`` block without the cost of its
+        protocol (a fifth of the swap's 2 µs), for the env call made on every step."""
+        _PY_MODULE.update(self._python_functions)
+        _NP_MODULE.update(self._numpy_functions)
+        try:
+            return function(*args)
+        finally:
+            _PY_MODULE.update(_PY_GLOBAL)
+            _NP_MODULE.update(_NP_GLOBAL)

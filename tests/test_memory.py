@@ -69,6 +69,9 @@ def test_window_holds_last_k_steps_and_the_prompt_shows_them():
     for action in plain.admissible_actions:
         assert f"\n- {action}\n" in prompt
     assert "You have taken 4 step(s)" in prompt and "now at step 5" in prompt
+    # the wrapper lays out steps it showed once; the template's render of the window is the same text
+    template, info = env.get_wrapper_attr("template"), rollout[-1][1]
+    assert template.render(plain.task, 4, memory, plain.observation, info["admissible_actions"]) == prompt
 
 
 def test_first_prompt_and_history_zero():
