@@ -6,7 +6,8 @@ For Rooms and WebShop, a server (``python -m hgpo_env serve``, one process) is s
 127.0.0.1 and N sessions are opened (connect and first reset; the time is printed, "open s"), then
 play random admissible commands over ``/ws`` from one asyncio client process for the given
 seconds, resetting as episodes end; each step's round trip is timed, and the server's resident
-memory is sampled (its peak over the idle server's, per session: an upper bound). The baseline,
+memory is sampled (its peak over the idle server's, per session: an upper bound), and the CPU
+time per step of the servers and of the client (they share the cores). The baseline,
 in the same run, is ``GroupedEnvPool`` (process backend, 2 workers) stepping N envs the same way.
 Targets on 2 cores: at least 2,000 Rooms steps/s with 64 sessions, p99 under 20 ms; p99 under
 100 ms at 256; at 1,024, p99 under 250 ms and steps/s no lower than at 256.
@@ -65,13 +66,19 @@ def resident(servers: list[psutil.Process]) -> int:
     return sum(server.memory_info().rss for server in servers)
 
 
+def cpu_seconds(servers: list[psutil.Process]) -> float:
+    return sum(server.cpu_times().user + server.cpu_times().system for server in servers)
+
+
 async def served(
     urls: list[str], sessions: int, seconds: float, servers: list[psutil.Process]
-) -> tuple[float, list[float], float, float]:
-    """Steps/s, step latencies, the servers' peak resident memory (bytes, together), and the seconds
+) -> tuple[float, list[float], float, float, tuple[float, float]]:
+    """Steps/s, step latencies, the servers' peak resident memory (bytes, together), the seconds
     it took to open the sessions (connect and first reset, 64 at a time; session i on server
-    i mod the number of servers): a trainer opens its sessions once, so the steps/s and latencies
-    are of open sessions only."""
+    i mod the number of servers), and the CPU seconds per step of the servers and of this client
+    while playing: a trainer opens its sessions once, so all but the opening time are of open
+    sessions only. Client and servers share the machine's cores, so steps/s is bounded by their
+    CPU per step together; the servers' alone is what a server machine of its own would spend."""
     began = time.perf_counter()
     opening = asyncio.Semaphore(64)
     opened = await asyncio.gather(*(open_session(urls[i % len(urls)], i, opening) for i in range(sessions)))
@@ -87,14 +94,16 @@ async def served(
             await asyncio.sleep(0.2)
 
     sampler = asyncio.create_task(sample())
+    server_cpu, client_cpu = cpu_seconds(servers), time.process_time()
     started = time.perf_counter()
     until = started + seconds
     steps = await asyncio.gather(*(play(ws, reply, rng, until, latencies) for ws, reply, rng in opened))
     rate = sum(steps) / (time.perf_counter() - started)
+    cpu = ((cpu_seconds(servers) - server_cpu) / sum(steps), (time.process_time() - client_cpu) / sum(steps))
     playing = False
     await sampler
     await asyncio.gather(*(ws.close() for ws, _, _ in opened))
-    return rate, latencies, peak, open_s
+    return rate, latencies, peak, open_s, cpu
 
 
 def pooled(env_id: str, kwargs: dict, envs: int, seconds: float) -> tuple[float, list[float]]:
@@ -137,7 +146,7 @@ def main() -> None:
     print(f"{args.seconds:g} s per cell; latency = one step's round trip (pool: one pool.step over all envs)")
     print(
         f"{'env':<17}{'sessions':>9}{'open s':>8}{'served steps/s':>16}{'p50 ms':>8}{'p99 ms':>8}{'KiB/session':>12}"
-        f"{'pool steps/s':>14}{'p50 ms':>8}{'p99 ms':>8}"
+        f"{'CPU us/step server':>20}{'client':>8}{'pool steps/s':>14}{'p50 ms':>8}{'p99 ms':>8}"
     )
     for env_id, env_args in envs:
         kwargs = dict(arg.split("=", 1) for arg in env_args)
@@ -152,12 +161,14 @@ def main() -> None:
             servers = [psutil.Process(process.pid) for _, process in started]
             idle = resident(servers)  # the started servers, each with its env made once
             for n in args.sessions:
-                rate, lat, peak, open_s = asyncio.run(served(urls, n, args.seconds, servers))
+                rate, lat, peak, open_s, (server_cpu, client_cpu) = asyncio.run(
+                    served(urls, n, args.seconds, servers)
+                )
                 grown = peak - idle
                 pool_rate, pool_lat = pooled(env_id, kwargs, n, args.seconds)
                 print(
                     f"{env_id:<17}{n:>9}{open_s:>8.2f}{rate:>16.0f}{quantile(lat, 50):>8.2f}{quantile(lat, 99):>8.2f}"
-                    f"{grown / n / 1024:>12.0f}{pool_rate:>14.0f}{quantile(pool_lat, 50):>8.2f}{quantile(pool_lat, 99):>8.2f}"
+                    f"{grown / n / 1024:>12.0f}{server_cpu * 1e6:>20.0f}{client_cpu * 1e6:>8.0f}{pool_rate:>14.0f}{quantile(pool_lat, 50):>8.2f}{quantile(pool_lat, 99):>8.2f}"
                 )
 
 
