@@ -62,6 +62,8 @@ class PromptTemplate:
     """Lays out a prompt; ``intro`` describes the world, ``answer_format`` the reply.
 
     ``list_actions`` False leaves out the admissible list (free-form worlds have none).
+    :class:`KStepMemory` calls :meth:`past_step` once per step and :meth:`layout` once per prompt
+    (:meth:`render` is the two together): a subclass changes the text by overriding those two.
     """
 
     intro: str

@@ -114,7 +114,7 @@ def _entities(facts: Iterable[Proposition]) -> dict[str, EntityInfo]:
 
 @contextlib.contextmanager
 def _cyclic_gc_paused() -> Iterator[None]:
-    """Keep CPython's cycle collector from running during a translation.
+    """Keep CPython's cycle collector (process-wide, as it is) from running during a translation.
 
     Translating a game allocates about a million objects that reference counting frees, and
     their allocations keep starting collections that walk the whole heap: in a process holding an
