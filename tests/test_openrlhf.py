@@ -426,6 +426,15 @@ def test_the_quiet_console_shows_the_trainer_and_logs_the_rest(tmp_path: Path) -
         try:
             with quiet_console(tmp_path, verbose=verbose):
                 print("\x1b[36m(HGPOTrainer pid=12)\x1b[0m iteration 1/4, success 0.50", file=sys.stderr)
+                # OpenRLHF's logging in the trainer actor: info records (each line of one carries
+                # its head) only in the log, a warning shown
+                print(
+                    "(HGPOTrainer pid=12) INFO 11-28 09:02:53 ppo_trainer.py:224] Sample: ['user\\n\r\n"
+                    "(HGPOTrainer pid=12) INFO 11-28 09:02:53 ppo_trainer.py:224] You are an agent']\n"
+                    "(HGPOTrainer pid=12) INFO 11-28 09:02:53 [importing.py:98] Triton not installed\n"
+                    "(HGPOTrainer pid=12) WARNING 11-28 09:02:54 ppo_trainer.py:300] reward is nan",
+                    file=sys.stderr,
+                )
                 print("\x1b[36m(PolicyModelActor pid=13, ip=10.0.0.2)\x1b[0m Actor(", file=sys.stderr)
                 sys.stderr.write("namespace(ref=namespace(num_nodes=1")  # a line in two writes
                 sys.stderr.write("))\n(VerifyingTrainer pid=14) iteration 2: update on 80 steps\n")
@@ -434,15 +443,17 @@ def test_the_quiet_console_shows_the_trainer_and_logs_the_rest(tmp_path: Path) -
             sys.stderr = saved
         shown = terminal.getvalue().splitlines()
         if verbose:
-            assert len(shown) == 5 and "namespace(ref=namespace(num_nodes=1))" in shown
+            assert len(shown) == 9 and "namespace(ref=namespace(num_nodes=1))" in shown
         else:
             assert shown == [
                 "iteration 1/4, success 0.50",
+                "WARNING 11-28 09:02:54 ppo_trainer.py:300] reward is nan",
                 "iteration 2: update on 80 steps",
                 "stopped on request after iteration 2, checkpointed (global_step2)",
             ]
     log = (tmp_path / LOG_FILE).read_text()
     assert log.count("Actor(") == 2 and log.count("namespace(ref=namespace(num_nodes=1))") == 2
+    assert log.count("Sample: ") == 2 and log.count("Triton not installed") == 2
     assert log.count("stopped on request after iteration 2") == 2
 
 

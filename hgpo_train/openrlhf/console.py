@@ -5,7 +5,9 @@ namespace, vLLM's engine config, DeepSpeed's messages and the model's repr. Whil
 :func:`quiet_console` is on, everything written to ``sys.stdout``/``sys.stderr`` goes to
 ``driver.log`` in the run folder, and the terminal shows only what the run says to its user: the
 trainer actor's lines (an iteration's progress and summary), without Ray's prefix, and
-:func:`say`. ``--verbose`` shows everything on the terminal too.
+:func:`say`. The trainer actor also runs OpenRLHF's code, whose info lines (a sample prompt every
+iteration) stay in the log; its warnings and errors are shown. ``--verbose`` shows everything on
+the terminal too.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from typing import TextIO
 LOG_FILE = "driver.log"
 TRAINER_PREFIX = re.compile(r"^(?:\x1b\[\d+m)?\(\w*Trainer pid=\d+(?:, ip=[\d.]+)?\)(?:\x1b\[0m)? ?")
 """How Ray prefixes a line the trainer actor (``<trainer class> pid=...``) printed."""
+LIBRARY_INFO = re.compile(r"^(?:DEBUG|INFO) \d\d-\d\d \d\d:\d\d:\d\d \[?[\w.-]+:\d+\] ")
+"""An info or debug record in OpenRLHF's and vLLM's log format (every line of it: both repeat the
+record's head on each line of a message)."""
 
 _quiet: tuple[TextIO, TextIO] | None = None
 """The log and the terminal while the console is quiet."""
@@ -55,7 +60,7 @@ class Filter(io.TextIOBase):
             *lines, self.pending = self.pending.split("\n")
             for line in lines:
                 shown = line if self.verbose else TRAINER_PREFIX.sub("", line, count=1)
-                if self.verbose or shown != line:
+                if self.verbose or (shown != line and not LIBRARY_INFO.match(shown)):
                     self.terminal.write(shown + "\n")
         return len(text)
 
