@@ -67,7 +67,7 @@ def resident(servers: list[psutil.Process]) -> int:
 
 
 def cpu_seconds(servers: list[psutil.Process]) -> float:
-    return sum(server.cpu_times().user + server.cpu_times().system for server in servers)
+    return sum(sum(server.cpu_times()[:2]) for server in servers)  # user + system
 
 
 async def served(

@@ -15,7 +15,6 @@ Games that need the network at import or reset (Wordle fetches nltk data) do not
 
 from __future__ import annotations
 
-import contextlib
 import json
 from typing import Any, Literal
 
@@ -110,8 +109,7 @@ class TextArenaEnv(TextAdapter):
         if raw_id not in textarena.envs.registration.ENV_REGISTRY:
             raise ValueError(f"game {game!r} is not a registered TextArena id")
         rng = IsolatedRNG() if options.get("isolate_rng", True) else None
-        with rng or contextlib.nullcontext():
-            game = textarena.make(raw_id)
+        game = textarena.make(raw_id) if rng is None else rng.call(textarena.make, raw_id)
         super().__init__(
             game, SPEC, max_steps=max_steps, task_ids=split_task_ids(split, HELD_OUT_TASKS), **options
         )
