@@ -24,6 +24,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from hgpo_train import durable
+from hgpo_train.tracking import STAGED
+
 PREFIX = "iter_"
 TMP_PREFIX = ".tmp-"
 LOW_SPACE = 1 << 20
@@ -78,9 +81,11 @@ def save_checkpoint(
         torch.save(rng if rng is not None else rng_states(), tmp / "rng.pt")
         (tmp / "config.yaml").write_text(config_yaml)
         (tmp / "state.json").write_text(json.dumps({"iteration": iteration}))
+        durable.sync_tree(tmp)  # the files on disk before the name that says they are complete
         if final.exists():  # a re-run of the same iteration after a resume replaces it
-            shutil.rmtree(final)
+            discard(final)
         tmp.replace(final)
+        durable.sync_folder(root)
     except (OSError, RuntimeError) as error:
         full = _disk_full(error, root)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -139,7 +144,9 @@ RUN_FOLDER_ITEMS = (
     "driver.log",
     "evals",
     "final_model",
+    "final_model.partial",
     "metrics.jsonl",
+    STAGED,
     "openrlhf.yaml",
     "run_info.jsonl",
     "tensorboard",
@@ -154,6 +161,7 @@ def clear_run_folder(run_dir: str | Path) -> None:
     for name in RUN_FOLDER_ITEMS:
         path = Path(run_dir) / name
         shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        durable.temporary_name(path).unlink(missing_ok=True)  # a kill during its write left it
 
 
 def tidy_checkpoints(run_dir: str | Path, keep: int, save_every: int) -> list[Path]:
@@ -167,8 +175,18 @@ def tidy_checkpoints(run_dir: str | Path, keep: int, save_every: int) -> list[Pa
     kept = kept_iterations(saved, keep, save_every)
     removed += [p for i, p in saved.items() if i not in kept]
     for path in removed:
-        shutil.rmtree(path, ignore_errors=True)
+        discard(path)
     return removed
+
+
+def discard(folder: Path) -> None:
+    """Remove a checkpoint folder, first renaming it out of the ``iter_`` names: a kill during the
+    removal must not leave a half-removed folder under a name that says it is complete."""
+    doomed = folder if folder.name.startswith(TMP_PREFIX) else folder.with_name(TMP_PREFIX + folder.name)
+    if doomed != folder:
+        shutil.rmtree(doomed, ignore_errors=True)  # what an earlier removal's kill left
+        folder.replace(doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def list_checkpoints(run_dir: str | Path) -> list[Path]:

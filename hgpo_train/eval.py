@@ -30,6 +30,7 @@ import torch
 
 from hgpo_env.panel import Panel, PanelError, panel_from_episodes
 from hgpo_env.vector import GroupedEnvPool
+from hgpo_train import durable
 from hgpo_train.checkpoint import latest_checkpoint
 from hgpo_train.config import Config, ConfigError, load_config
 from hgpo_train.config_keys import describe_options, dotted_flags_as_overrides, flatten_dotted
@@ -268,7 +269,9 @@ class Evaluator:
         result = self.run()
         path = run_dir / RESULTS / f"iter_{iteration:06d}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(results_json(self.config, result, f"iteration {iteration}"), indent=2))
+        durable.write_text(
+            path, json.dumps(results_json(self.config, result, f"iteration {iteration}"), indent=2)
+        )
         return result
 
     def close(self) -> None:

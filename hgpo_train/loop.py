@@ -9,6 +9,7 @@ backend.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -99,14 +100,34 @@ def run_iterations(
 
     With ``eval_every``, the untrained policy is evaluated first (logged as iteration 0), then
     every ``eval_every`` iterations and after the last one. Every iteration is checkpointed while
-    the next one samples, so a kill loses at most the iteration in progress. A stop request
-    abandons a rollout in progress, lets an update finish, skips the evaluation and raises
+    the next one samples, so a kill loses at most the iteration in progress; its metrics are staged
+    on disk before its checkpoint starts, and its line in the record is written once its
+    evaluation is done. A resume from a checkpoint whose line is missing (a kill during the
+    evaluation, or before the line was written) finishes that line: the staged metrics, and the
+    evaluation again when one was due. A stop request abandons a rollout in progress, lets an
+    update finish, skips the evaluation (leaving the line to the resume) and raises
     :class:`StopRequested` once the last completed iteration is checkpointed. ``on_logged`` sees
     each iteration's metrics once they are logged.
     """
+
+    def finish(done: int, metrics: dict[str, float], stop: bool, began: float | None = None) -> None:
+        """Evaluate when due and write ``done``'s line (``time/iteration_s`` from ``began`` when
+        given); a stop leaves a due evaluation, and the line, to the resume."""
+        if eval_every and (done % eval_every == 0 or done == iterations):
+            if stop:
+                return
+            metrics.update(backend.evaluate(done))
+        if began is not None:
+            metrics["time/iteration_s"] = time.perf_counter() - began
+        logger.log(done, metrics)
+        on_logged(done, metrics)
+
     metrics: dict[str, float] = {}
-    if eval_every and start == 0:
+    if eval_every and start == 0 and 0 not in logger.logged:
         logger.log(0, backend.evaluate(0))
+    if start > 0 and start not in logger.logged:
+        metrics = restored_metrics(logger, start)
+        finish(start, metrics, backend.stop_requested())
     for iteration in range(start, iterations):
         began = time.perf_counter()
         try:
@@ -115,15 +136,28 @@ def run_iterations(
             backend.wait_for_save()
             raise StopRequested(iteration, abandoned=True) from None
         done = iteration + 1
+        metrics["time/iteration_s"] = time.perf_counter() - began
+        logger.stage(done, metrics)  # on disk before the checkpoint that makes it the resume point
         backend.start_save(done)
         stop = backend.stop_requested()
-        if eval_every and not stop and (done % eval_every == 0 or done == iterations):
-            metrics.update(backend.evaluate(done))
-        metrics["time/iteration_s"] = time.perf_counter() - began
-        logger.log(done, metrics)
-        on_logged(done, metrics)
+        finish(done, metrics, stop, began)
         if stop or done == iterations:
             backend.wait_for_save()
-        if stop and done < iterations:
+        if stop and (done < iterations or done not in logger.logged):  # the last line left to a resume
             raise StopRequested(done)
     return metrics
+
+
+def restored_metrics(logger: MetricsLogger, iteration: int) -> dict[str, float]:
+    """The staged metrics of checkpointed ``iteration``, whose line a kill kept from the record.
+    A run folder written before metrics were staged has none: its line says they were lost."""
+    staged = logger.staged(iteration)
+    if staged is not None:
+        return staged
+    logging.getLogger(__name__).warning(
+        "iteration %d was checkpointed but its metrics were not kept: its line in %s has only "
+        "'record/lost' (and its evaluation, when one is due)",
+        iteration,
+        logger.path,
+    )
+    return {"record/lost": 1.0}

@@ -15,6 +15,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from hgpo_train import durable
+
 PACKAGES = (
     "hgpo",
     "torch",
@@ -79,6 +81,5 @@ def run_info(config: dict[str, Any], **extra: Any) -> dict[str, Any]:
 def record_start(run_dir: Path, config: dict[str, Any], **extra: Any) -> dict[str, Any]:
     """Append this start's :func:`run_info` to the run folder's ``run_info.jsonl`` and return it."""
     info = run_info(config, **extra)
-    with (run_dir / RUN_INFO).open("a", encoding="utf-8") as out:
-        out.write(json.dumps(info) + "\n")
+    durable.append_line(run_dir / RUN_INFO, json.dumps(info))
     return info

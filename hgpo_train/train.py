@@ -22,6 +22,7 @@ import torch
 import transformers
 
 from hgpo_env.vector import GroupedEnvPool
+from hgpo_train import durable
 from hgpo_train.batch import StepBatch
 from hgpo_train.checkpoint import (
     BackgroundSave,
@@ -151,7 +152,7 @@ class Trainer:
             probe=False,
         )
         self.evaluator = Evaluator(config, self.generator, self.tokenizer)
-        (self.run_dir / "config.yaml").write_text(config.to_yaml())
+        durable.write_text(self.run_dir / "config.yaml", config.to_yaml())
         record_start(self.run_dir, config.to_dict(), backend="local", device=str(self.device))
         self.logger = MetricsLogger(
             self.run_dir, config.logging, start_iteration=self.start_iteration, run_config=config.to_dict()
@@ -229,7 +230,7 @@ class Trainer:
                     "success": f"{metrics.get('rollout/success_rate', 0.0):.2f}",
                     "loss": f"{metrics.get('update/loss', 0.0):.4f}",
                     "steps": int(metrics.get("rollout/step_samples", 0)),
-                    "s/it": f"{metrics['time/iteration_s']:.1f}",
+                    "s/it": f"{metrics.get('time/iteration_s', 0.0):.1f}",
                 }
             )
             progress.update(1)

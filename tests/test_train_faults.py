@@ -69,6 +69,11 @@ def straight(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]
     return run_dir, overrides
 
 
+def train_command(overrides: list[str], run_dir: Path) -> list[str]:
+    """The command line of a run of these overrides in ``run_dir``."""
+    return [sys.executable, "-m", "hgpo_train", "--env", "rooms", *overrides, f"train.output_dir={run_dir}"]
+
+
 def trainer_for(run_dir: Path, overrides: list[str], **kwargs) -> Trainer:
     return Trainer(load_config(env="rooms", overrides=[*overrides, f"train.output_dir={run_dir}"]), **kwargs)
 
@@ -171,15 +176,7 @@ def _ctrl_c_as_in_a_terminal() -> Iterator[None]:
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_stop_prints_one_line_and_a_rerun_resumes_exactly(straight, tmp_path, stop):
     run_dir, overrides = straight
-    command = [
-        sys.executable,
-        "-m",
-        "hgpo_train",
-        "--env",
-        "rooms",
-        *overrides,
-        f"train.output_dir={tmp_path}",
-    ]
+    command = train_command(overrides, tmp_path)
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     with _ctrl_c_as_in_a_terminal():
         process = subprocess.Popen(
@@ -295,8 +292,7 @@ def test_the_stop_command_returns_once_the_run_has_stopped(straight, tmp_path):
     """``python -m hgpo_train.stopping RUN_DIR --wait S``, the KubeRay manifest's preStop hook."""
     _, overrides = straight
     # far more iterations than run before the stop lands: a fast machine must not finish the run first
-    longer = [*overrides, "train.iterations=200", f"train.output_dir={tmp_path}"]
-    train = [sys.executable, "-m", "hgpo_train", "--env", "rooms", *longer]
+    train = train_command([*overrides, "train.iterations=200"], tmp_path)
     stop = [sys.executable, "-m", "hgpo_train.stopping", str(tmp_path), "--wait", "120"]
     process = subprocess.Popen(train, cwd=REPO_DIR, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

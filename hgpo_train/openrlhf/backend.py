@@ -9,7 +9,8 @@ The command line and the config are the local backend's (:mod:`hgpo_train.__main
 the others), then runs OpenRLHF's launcher with the HGPO controller.
 The run folder (``train.output_dir``) gets the same ``config.yaml``, ``metrics.jsonl`` and
 ``tensorboard/`` as a single-machine run, DeepSpeed checkpoints in ``checkpoints/openrlhf`` and
-the final Hugging Face model in ``final_model``. Re-running the same command resumes.
+the final Hugging Face model in ``final_model`` (written as ``final_model.partial``, renamed when
+complete). Re-running the same command resumes.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import json
 import math
 import os
 import shlex
+import shutil
 import signal
 import sys
 import threading
@@ -29,7 +31,7 @@ from typing import Any
 import yaml
 
 from hgpo_env.registration import MissingExtraError
-from hgpo_train import stopping
+from hgpo_train import durable, stopping
 from hgpo_train.config import BACKEND_SECTION as SECTION
 from hgpo_train.config import Config, ConfigError, OpenRLHFConfig
 from hgpo_train.openrlhf.arguments import namespace_dict, openrlhf_argv
@@ -196,12 +198,18 @@ def start_cpu_mode(cluster: OpenRLHFConfig) -> None:
     cpu.install_driver()
 
 
+FINAL_MODEL = "final_model"
+FINAL_STAGING = "final_model.partial"
+"""Where OpenRLHF writes the final model; renamed to :data:`FINAL_MODEL` once the run is over,
+so a kill during the write never leaves a half-written ``final_model``."""
+
+
 def run_paths(config: Config) -> dict[str, str]:
     """DeepSpeed's checkpoint and final-model folders, absolute: actors on other nodes start elsewhere."""
     run_dir = Path(config.train.output_dir).resolve()
     return {
         "checkpoint_dir": str(run_dir / "checkpoints" / "openrlhf"),
-        "final_dir": str(run_dir / "final_model"),
+        "final_dir": str(run_dir / FINAL_STAGING),
     }
 
 
@@ -307,7 +315,7 @@ def train(
         raise ConfigError(problem)
     resume = resume_args(Path(paths["checkpoint_dir"]) / "_actor", cluster.dp_size) if resuming else []
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(config.to_yaml())  # as given: a re-run compares with it
+    durable.write_text(run_dir / "config.yaml", config.to_yaml())  # as given: a re-run compares with it
     with quiet_console(run_dir, verbose) as log:
         say(run_summary(config, cluster, log))
         return launch_run(config, cluster, paths, resume, trainer_class)
@@ -371,16 +379,19 @@ def launch_run(
         ],
     )
     argv = openrlhf_argv(config, cluster, **paths) + resume
-    (run_dir / "openrlhf.yaml").write_text(
-        yaml.safe_dump({SECTION: cluster.model_dump(), "openrlhf_argv": argv}, sort_keys=False)
+    durable.write_text(
+        run_dir / "openrlhf.yaml",
+        yaml.safe_dump({SECTION: cluster.model_dump(), "openrlhf_argv": argv}, sort_keys=False),
     )
     actor_dir = Path(paths["checkpoint_dir"]) / "_actor"
     previous = signal.signal(
         signal.SIGTERM, lambda *_: request_stop(run_dir, cluster.stop_grace_s, actor_dir)
     )
+    shutil.rmtree(paths["final_dir"], ignore_errors=True)  # a kill during the last run's final save
     try:
         with stopping.running(run_dir):
             launch(argv, trainer_actor(config, cluster, trainer_class or HGPOTrainer))
+        durable.replace_folder(Path(paths["final_dir"]), run_dir / FINAL_MODEL)
     except StopRequested as stopped:  # Ray raises the trainer's exception as one of this type
         say(stopped_line(stopped, latest_tag(actor_dir)))
         return STOPPED_EXIT

@@ -106,7 +106,7 @@ def summary_line(done: int, iterations: int, metrics: dict[str, float]) -> str:
         parts.append(f"engine gap {metrics['engine_gap/mean']:.2g} (max {metrics['engine_gap/max']:.2g})")
     if "eval/success_rate" in metrics:
         parts.append(f"eval success {metrics['eval/success_rate']:.2f}")
-    parts.append(f"{metrics['time/iteration_s']:.1f} s")
+    parts.append(f"{metrics.get('time/iteration_s', 0.0):.1f} s")
     return ", ".join(parts)
 
 
@@ -342,8 +342,8 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         start = int(self.init_checkpoint_states().get("global_step", 0))
         if start:
             self.broadcast_to_vllm()  # the engines still hold the base weights
-        logger = MetricsLogger(  # a fresh start logs iteration 0's evaluation again
-            self.run_dir, self.config.logging, start_iteration=start or -1, run_config=self.config.to_dict()
+        logger = MetricsLogger(
+            self.run_dir, self.config.logging, start_iteration=start, run_config=self.config.to_dict()
         )
         try:
             run_iterations(

@@ -27,7 +27,7 @@ import yaml
 from conftest import CPU_CONFIG, REPO
 
 from hgpo_train.provenance import RUN_INFO, config_hash
-from hgpo_train.tracking import read_metrics
+from hgpo_train.tracking import STAGED, read_metrics
 
 ITERATIONS = yaml.safe_load(CPU_CONFIG.read_text())["train"]["iterations"]
 OUTLIVE_S = 10.0
@@ -102,6 +102,80 @@ def test_readme_command_killed_and_run_again_resumes(ray_tmp: str, tmp_path: Pat
     assert {i["config_sha256"] for i in info} == {
         config_hash(yaml.safe_load((out / "config.yaml").read_text()))
     }
+
+
+def fingerprint(path: Path) -> tuple[int, str] | None:
+    """A file's modification time and text, None while it does not exist."""
+    try:
+        return path.stat().st_mtime_ns, path.read_text()
+    except FileNotFoundError:
+        return None
+
+
+def kill_group_after(
+    command: list[str], cwd: Path, env: dict[str, str], log_path: Path, watched: Path, delay: float
+) -> bool:
+    """Run ``command`` and SIGKILL its whole process group (as an OOM killer or a lost node does)
+    ``delay`` seconds after ``watched`` changes; False when the run ended first. Waits until what
+    the run started has stopped (its watchdog's work)."""
+    before = fingerprint(watched)
+    with open(log_path, "a") as log:
+        process = subprocess.Popen(
+            command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    deadline = time.monotonic() + 540
+    try:
+        while fingerprint(watched) == before:
+            if process.poll() is not None:
+                assert process.returncode == 0, log_path.read_text()[-3000:]
+                return False
+            assert time.monotonic() < deadline, f"{watched} never changed"
+            time.sleep(0.05)
+        time.sleep(delay)
+        if process.poll() is not None:
+            return False
+        started = psutil.Process(process.pid).children(recursive=True)
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=60)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    _, alive = psutil.wait_procs(started, timeout=OUTLIVE_S)
+    assert not [p for p in alive if p.is_running()], "the killed run left processes behind"
+    return True
+
+
+def test_readme_command_killed_anywhere_keeps_every_iteration_once(ray_tmp: str, tmp_path: Path) -> None:
+    """The README's command SIGKILLed, process group and all, at a handful of moments (during an
+    evaluation a few seconds after a checkpoint, as a checkpoint and an evaluation start, while
+    the final model is written), each time run again verbatim: the record ends with every
+    iteration exactly once, and the final model is whole."""
+    (tmp_path / "configs").symlink_to(REPO / "configs")
+    out = tmp_path / yaml.safe_load(CPU_CONFIG.read_text())["train"]["output_dir"]
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp}
+    latest = out / "checkpoints" / "openrlhf" / "_actor" / "latest"
+    moments = [
+        (latest, 3.0),  # a few seconds after the first checkpoint: iteration 2's evaluation
+        (out / STAGED, 0.5),  # an iteration's checkpoint and evaluation have started
+        (latest, 1.0),
+        (out / "final_model.partial" / "config.json", 0.0),  # the final model is being written
+    ]
+    landed = [
+        kill_group_after(readme_command(), tmp_path, env, tmp_path / "runs.log", watched, delay)
+        for watched, delay in moments
+    ]
+    assert sum(landed) >= 3, landed
+    again = subprocess.run(
+        readme_command(), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=540, check=False
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    logged = [r["iteration"] for r in read_metrics(out / "metrics.jsonl")]
+    assert logged == list(range(ITERATIONS + 1)), logged  # the evaluation before training, then each once
+    assert all(
+        "eval/success_rate" in r for r in read_metrics(out / "metrics.jsonl") if r["iteration"] % 2 == 0
+    )
+    assert (out / "final_model" / "config.json").is_file() and not (out / "final_model.partial").exists()
 
 
 @dataclass
