@@ -1,5 +1,6 @@
 """GRPO, GiGPO, HGPO, GraphGPO, G2PO and CRBC step advantages over columnar arrays
-(shared/HGPO_SPEC.md, shared/CRBC_SPEC.md).
+(shared/HGPO_SPEC.md, shared/CRBC_SPEC.md), and MVPO's (shared/MVPO_SPEC.md; not yet an
+``advantage.estimator``: the envs do not emit its milestones yet).
 
 One row is one step sample. Inputs are numpy arrays (torch tensors and lists are converted),
 outputs are float64 numpy arrays in row order. Ids (group, rollout) may be ints or strings.
@@ -23,6 +24,7 @@ from hgpo_train.advantage.gigpo import gigpo_advantages
 from hgpo_train.advantage.grouping import level_clusters, pair_codes
 from hgpo_train.advantage.grpo import grpo_advantages
 from hgpo_train.advantage.hgpo import hgpo_advantages, hgpo_level_items
+from hgpo_train.advantage.mvpo import MVPOCredit, MVPOSettings, MVPOState, mvpo_advantages
 from hgpo_train.advantage.registry import ESTIMATORS
 from hgpo_train.advantage.returns import (
     GRAPH_RETURN_SCALE,
@@ -41,6 +43,9 @@ __all__ = [
     "AdvantageConfig",
     "CRBCSettings",
     "Estimator",
+    "MVPOCredit",
+    "MVPOSettings",
+    "MVPOState",
     "Mode",
     "Rows",
     "StepCredit",
@@ -58,6 +63,7 @@ __all__ = [
     "hgpo_advantages",
     "hgpo_level_items",
     "level_clusters",
+    "mvpo_advantages",
     "pair_codes",
     "step_credit",
     "step_returns",

@@ -1,0 +1,447 @@
+"""MVPO: GiGPO's credit, and where an anchor group's returns do not differ (all its rollouts failed
+alike) a potential difference built from milestones the env sees, per ``shared/MVPO_SPEC.md``
+(arXiv 2609.37111, section 4; no code is public, so the spec's equations E1-E19 and its choices are
+the contract; the comments name them).
+
+Besides GiGPO's columns it reads, per row, the progress signature and the five milestone triggers
+of the observation the step acted on and of the one it produced (for a rollout's last row, the
+final observation), and the rollout's success (``won`` on its last row). It keeps state across
+iterations (:class:`MVPOState`: the milestone weights and the success EMA), which a trainer saves
+with its checkpoints.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+import numpy as np
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
+
+from hgpo_train.advantage.columns import float_column, id_codes, level0, real_setting, to_numpy
+from hgpo_train.advantage.gigpo import _step_term
+from hgpo_train.advantage.grouping import EPS, normalise, pair_codes, positions, threads_for
+from hgpo_train.advantage.grpo import episode_advantages
+from hgpo_train.advantage.returns import episode_scores, step_returns
+from hgpo_train.advantage.rows import Rows, StepCredit
+
+MILESTONES = ("target", "operation", "place", "success", "invalid")
+"""The trigger columns in order (ALFWorld's names; WebShop's are search, item, option, success,
+invalid): the order of the paper's tables and of :data:`INITIAL_WEIGHTS` (spec A18)."""
+INVALID = MILESTONES.index("invalid")
+INITIAL_WEIGHTS = (0.2, 0.3, 0.5, 10.0, 0.0)
+"""w_0, the paper's initial milestone weights (both envs)."""
+BRANCHES = ("singleton", "anchor", "potential")
+"""Where a row's routed credit comes from (E18), as :attr:`MVPOCredit.branch` codes 0, 1, 2."""
+
+
+@dataclass(frozen=True)
+class MVPOSettings:
+    """MVPO's hyper-parameters (spec section 4); defaults are the paper's for ALFWorld, and the
+    spec's choices where the paper gives none."""
+
+    omega: float = 0.5
+    """ω, the weight of the routed step credit (search-QA: 1.0)."""
+    kappa_min: float = 0.05
+    """κ_min, the floor of κ (WebShop: 0.01)."""
+    success_rate: float = 0.05
+    """α_κ, the EMA rate of the batch success rate."""
+    weight_rate: float = 0.05
+    """β_amp, the EMA rate of the milestone weights (choice A3)."""
+    success_weight: float = 0.2
+    """α_s, the weight of a region's success rate in its potential (choice A2)."""
+    loop_weight: float = 0.2
+    """α_l, the weight of a region's loop rate (choice A2)."""
+    count_smoothing: float = 1.0
+    """λ_cnt: a region seen once keeps ``1 / (1 + λ)`` of its potential (choice A4)."""
+    zero_spread: float = 1e-6
+    """ε_r: an anchor group whose returns spread no more than this takes the potential (A5)."""
+    initial_weights: tuple[float, ...] = INITIAL_WEIGHTS
+    """w_0, one per milestone in :data:`MILESTONES` order."""
+    potential: Literal["eq15", "appendix"] = "eq15"
+    """eq15: the section's potential (default); appendix: A.3's return-to-go form (choice A1)."""
+    appendix_mix: float = 0.2
+    """δ of the appendix potential."""
+    potential_norm: Literal["rms", "zscore"] = "rms"
+    """How a task group's potential differences are scaled: by their RMS, keeping their signs
+    (default, choice A9), or z-scored."""
+    latch: bool = True
+    """Milestones 1-4 stay reached once reached (choice A12); False reads each observation alone."""
+
+    def __post_init__(self) -> None:
+        for name in ("omega", "success_weight", "loop_weight", "appendix_mix"):
+            real_setting(getattr(self, name), name)
+        for name in ("kappa_min", "success_rate", "weight_rate"):
+            real_setting(getattr(self, name), name, 0.0, 1.0)
+        real_setting(self.count_smoothing, "count_smoothing", 0.0)
+        real_setting(self.zero_spread, "zero_spread", 0.0)
+        if len(self.initial_weights) != len(MILESTONES) or min(self.initial_weights) < 0:
+            raise ValueError(
+                f"initial_weights must be {len(MILESTONES)} non-negative numbers, one per {MILESTONES}"
+            )
+        if self.potential not in ("eq15", "appendix"):
+            raise ValueError(f"potential must be 'eq15' or 'appendix', got {self.potential!r}")
+        if self.potential_norm not in ("rms", "zscore"):
+            raise ValueError(f"potential_norm must be 'rms' or 'zscore', got {self.potential_norm!r}")
+
+
+@dataclass(frozen=True)
+class MVPOState:
+    """What MVPO carries from one iteration to the next (no gradients): the milestone weights w_k,
+    the success EMA s̄_k and its anchor s_0 (None before the first iteration)."""
+
+    weights: tuple[float, ...] = INITIAL_WEIGHTS
+    success_anchor: float | None = None
+    success_ema: float | None = None
+
+    @classmethod
+    def start(cls, settings: MVPOSettings) -> MVPOState:
+        """The state before the first iteration."""
+        return cls(weights=tuple(settings.initial_weights))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe, for checkpoints."""
+        return {
+            "weights": list(self.weights),
+            "success_anchor": self.success_anchor,
+            "success_ema": self.success_ema,
+        }
+
+    @classmethod
+    def from_dict(cls, saved: dict[str, Any]) -> MVPOState:
+        return cls(tuple(float(w) for w in saved["weights"]), saved["success_anchor"], saved["success_ema"])
+
+
+@dataclass(frozen=True)
+class MVPOCredit(StepCredit):
+    """MVPO's credit, the state for the next iteration, and what it routed where."""
+
+    state: MVPOState = field(default_factory=MVPOState)
+    kappa: float = 1.0
+    """κ_k of this iteration (E3)."""
+    potential: np.ndarray | None = None
+    """Ā^pot per row: the scaled potential difference (E17), whatever branch the row took."""
+    branch: np.ndarray | None = None
+    """Per row, an index into :data:`BRANCHES` (E18)."""
+
+
+def mvpo_advantages(
+    rewards: Any,
+    traj_ids: Any,
+    group_ids: Any,
+    fingerprints: Any,
+    won: Any,
+    signatures: Any,
+    next_signatures: Any,
+    triggers: Any,
+    next_triggers: Any,
+    invalid: Any = None,
+    *,
+    state: MVPOState | None = None,
+    settings: MVPOSettings = MVPOSettings(),
+    gamma: float = 0.95,
+    invalid_penalty: float = 0.1,
+) -> MVPOCredit:
+    """MVPO's step advantages (E1-E19) from raw columns, rows of a rollout in chronological order.
+
+    ``won``: the env's flag after each step (a rollout succeeded when its last row's is set);
+    ``signatures``/``triggers``: the progress signature (ints or strings) and the five 0/1
+    milestone triggers (:data:`MILESTONES`) of the observation each row acted on;
+    ``next_signatures``/``next_triggers``: those of the observation it produced. ``state``: the
+    previous iteration's (:attr:`MVPOCredit.state`), None for the first. Level 0 of
+    ``fingerprints`` is the anchor key, as GiGPO's; the mode is mean_std_norm (spec A25).
+    """
+    rows = Rows.from_columns(rewards, traj_ids, group_ids, fingerprints, invalid, won=won)
+    n = len(rows)
+    return mvpo_credit(
+        rows,
+        _signature_column(signatures, "signatures", n),
+        _signature_column(next_signatures, "next_signatures", n),
+        _trigger_column(triggers, "triggers", n),
+        _trigger_column(next_triggers, "next_triggers", n),
+        state=state,
+        settings=settings,
+        gamma=real_setting(gamma, "gamma", 0.0, 1.0),
+        invalid_penalty=real_setting(invalid_penalty, "invalid_penalty", 0.0),
+    )
+
+
+def mvpo_credit(
+    rows: Rows,
+    signatures: np.ndarray,
+    next_signatures: np.ndarray,
+    triggers: np.ndarray,
+    next_triggers: np.ndarray,
+    *,
+    state: MVPOState | None,
+    settings: MVPOSettings,
+    gamma: float,
+    invalid_penalty: float,
+) -> MVPOCredit:
+    """:func:`mvpo_advantages` of checked rows and columns. GiGPO's side (E4-E6, E18's spread)
+    and the potential's (E7-E17) read none of each other's results: on a large batch the first
+    runs on a thread meanwhile."""
+    state = state or MVPOState.start(settings)
+    succeeded = _rollout_success(rows)
+    kappa, anchor, ema = _kappa(float(succeeded.mean()) if len(succeeded) else 0.0, state, settings)  # E1-E3
+    anchors = level0(rows.state_keys("mvpo"))
+    with ThreadPoolExecutor(threads_for(len(rows), 2)) as pool:
+        gigpo_side = pool.submit(_gigpo_terms, rows, anchors, gamma, invalid_penalty, settings.zero_spread)
+        occurrences = _Occurrences.of(
+            rows, signatures, next_signatures, triggers, next_triggers, settings.latch
+        )
+        weights = _milestone_weights(
+            occurrences, succeeded, np.asarray(state.weights, float), settings
+        )  # E10-E11
+        potential = _scaled_potential(
+            rows, occurrences, succeeded, weights, gamma, settings
+        )  # E7-E9, E12-E17
+        returns, episode, anchored, branch = gigpo_side.result()
+    route = np.where(branch == 1, anchored, np.where(branch == 2, kappa * potential, 0.0))  # E18
+    advantages = 1.0 * episode + settings.omega * route  # E19, as GiGPO blends its two terms
+    new_state = replace(state, weights=tuple(weights.tolist()), success_anchor=anchor, success_ema=ema)
+    return MVPOCredit(advantages, returns, None, new_state, kappa, potential, branch)
+
+
+def _gigpo_terms(
+    rows: Rows, anchors: np.ndarray, gamma: float, invalid_penalty: float, zero_spread: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The step returns (E4), GiGPO's episode and anchor terms (E5, E6) and each row's branch."""
+    returns = step_returns(rows.reward, rows.rollouts, gamma, rows.invalid, invalid_penalty)
+    scores = episode_scores(rows.reward, rows.rollouts, rows.invalid, invalid_penalty)
+    episode = episode_advantages(scores, rows.groups, "mean_std_norm")
+    anchored = _step_term(returns, rows.groups, anchors, "mean_std_norm")
+    return returns, episode, anchored, _branches(rows.groups, anchors, returns, zero_spread)
+
+
+def _signature_column(values: Any, name: str, n: int) -> np.ndarray:
+    a = to_numpy(values)
+    if a.shape != (n,):
+        raise ValueError(f"{name} must hold one signature per row ({n}), got shape {a.shape}")
+    return a
+
+
+def _trigger_column(values: Any, name: str, n: int) -> np.ndarray:
+    a = to_numpy(values)
+    if a.shape != (n, len(MILESTONES)):
+        raise ValueError(
+            f"{name} must be {len(MILESTONES)} 0/1 flags per row ({MILESTONES}), got shape {a.shape}"
+        )
+    if not ((a == 0) | (a == 1)).all():
+        raise ValueError(f"{name} must hold only 0/1 (or booleans)")
+    return a.astype(np.int32)
+
+
+def _rollout_success(rows: Rows) -> np.ndarray:
+    """won_i per rollout: the env's ``won`` on its last row."""
+    if rows.won is None:
+        raise ValueError("the mvpo estimator needs the env's won flag per step (won, info['won'])")
+    won = float_column(rows.won, "won", len(rows))
+    if not np.isin(won, (0.0, 1.0)).all():
+        raise ValueError("won must hold only 0/1 (or booleans)")
+    position, length = positions(rows.rollouts)
+    last = position == length - 1
+    succeeded = np.zeros(int(rows.rollouts.max(initial=-1)) + 1)
+    succeeded[rows.rollouts[last]] = won[last]
+    return succeeded
+
+
+def _kappa(success: float, state: MVPOState, settings: MVPOSettings) -> tuple[float, float, float]:
+    """κ_k, s_0 and s̄_k (E2-E3; s_0 is the first iteration's success rate, choice A19)."""
+    if state.success_ema is None or state.success_anchor is None:
+        anchor = ema = success
+    else:
+        anchor = state.success_anchor
+        ema = (1 - settings.success_rate) * state.success_ema + settings.success_rate * success
+    gain = min(max((ema - anchor) / (1 - anchor + EPS), 0.0), 1.0)
+    return min(max(1 - gain, settings.kappa_min), 1.0), anchor, ema
+
+
+@dataclass(frozen=True)
+class _Occurrences:
+    """Every observation of the batch once (choice A11): row t's own, and each rollout's final one.
+    Arrays are sorted by (rollout, position)."""
+
+    rollout: np.ndarray
+    starts: np.ndarray
+    """Whether each occurrence is its rollout's first."""
+    reached: np.ndarray
+    """h: (occurrences, 5) booleans, the milestones reached, 1-4 latched (E7)."""
+    looped: np.ndarray
+    """ℓ: the signature occurred earlier in the rollout (E8)."""
+    region: np.ndarray
+    """Dense region codes (E9): signatures of a group, merged by the cycle rule."""
+    row_index: np.ndarray
+    """Per row, its own occurrence; :attr:`next_index`, the one it produced."""
+    next_index: np.ndarray
+
+    @classmethod
+    def of(
+        cls,
+        rows: Rows,
+        signatures: np.ndarray,
+        next_signatures: np.ndarray,
+        triggers: np.ndarray,
+        next_triggers: np.ndarray,
+        latch: bool,
+    ) -> _Occurrences:
+        rollout = rows.rollouts
+        by_rollout = np.argsort(rollout, kind="stable")  # each rollout's rows, in order
+        sizes = np.bincount(rollout)
+        own = np.empty(len(rows), np.int64)  # each row's place among the occurrences: its
+        own[by_rollout] = np.arange(len(rows)) + rollout[by_rollout]  # rollout's finals before it
+        ends = np.cumsum(sizes) + np.arange(len(sizes))  # each rollout's final occurrence
+        last = by_rollout[np.cumsum(sizes) - 1]  # each rollout's last row
+        total = len(rows) + len(sizes)
+        occurrence_rollout = np.empty(total, np.int64)
+        occurrence_rollout[own], occurrence_rollout[ends] = rollout, np.arange(len(sizes))
+        group = np.empty(total, np.int64)
+        group[own], group[ends] = rows.groups, rows.groups[last]
+        signature = np.empty(total, np.result_type(signatures, next_signatures))
+        signature[own], signature[ends] = signatures, next_signatures[last]
+        seen = np.empty((total, len(MILESTONES)), np.int32)
+        seen[own], seen[ends] = triggers, next_triggers[last]
+        starts = np.r_[True, occurrence_rollout[1:] != occurrence_rollout[:-1]]
+        reached = _latched(seen, starts) if latch else seen.astype(bool)
+        reached[:, INVALID] = seen[:, INVALID]
+        codes = id_codes(signature, "signatures").astype(np.uint64)
+        node = pair_codes(group, codes)  # a group's own signatures: regions never span groups
+        looped, earlier = _repeats(occurrence_rollout, node)
+        region = _regions(node, earlier)
+        return cls(occurrence_rollout, starts, reached, looped, region, own, own + 1)
+
+
+def _latched(seen: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Per rollout (segments beginning at ``starts``), whether each milestone was seen so far."""
+    total = np.cumsum(seen, axis=0, dtype=np.int32)
+    before = (total - seen)[starts]  # the running totals where each rollout begins
+    return total > before[np.cumsum(starts) - 1]
+
+
+def _repeats(rollout: np.ndarray, node: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """ℓ per occurrence (its signature occurred earlier in its rollout), and the index of that
+    earlier occurrence (the latest one), -1 where none. Occurrences are in (rollout, step) order,
+    which a stable sort by (rollout, node) keeps within each pair."""
+    pair = rollout * (int(node.max(initial=0)) + 1) + node
+    order = np.argsort(pair, kind="stable")
+    same = pair[order][1:] == pair[order][:-1]
+    earlier = np.full(len(node), -1, np.int64)
+    earlier[order[1:][same]] = order[:-1][same]
+    return (earlier >= 0).astype(np.float64), earlier
+
+
+def _regions(node: np.ndarray, earlier: np.ndarray) -> np.ndarray:
+    """Dense region codes (E9): equal signatures share a node, and the cycle rule joins every node
+    a rollout visits between a signature and its return to it. Each repeat's interval is marked
+    on the steps between consecutive occurrences, and the marked steps' nodes are joined by
+    connected components (Union-Find's result, independent of the order of the unions)."""
+    repeat = np.flatnonzero(earlier >= 0)
+    cover = np.zeros(len(node) + 1, np.int64)
+    np.add.at(cover, earlier[repeat], 1)
+    np.add.at(cover, repeat, -1)
+    joined = np.flatnonzero(np.cumsum(cover)[:-1] > 0)  # the step from occurrence s to s + 1
+    size = int(node.max(initial=-1)) + 1
+    edges = coo_matrix((np.ones(len(joined)), (node[joined], node[joined + 1])), shape=(size, size))
+    _, labels = connected_components(edges, directed=False)
+    return id_codes(labels[node], "regions")
+
+
+def _milestone_weights(
+    occurrences: _Occurrences, succeeded: np.ndarray, previous: np.ndarray, settings: MVPOSettings
+) -> np.ndarray:
+    """w_k (E10-E11): each milestone's utility, how much more often the rollouts of observations
+    that reached it succeeded than those that had not, over every observation of the batch."""
+    success = succeeded[occurrences.rollout]
+    reached = occurrences.reached
+    utility = np.zeros(len(MILESTONES))
+    for m in range(len(MILESTONES)):
+        hit = reached[:, m]
+        if hit.any() and not hit.all():
+            utility[m] = max(0.0, success[hit].mean() - success[~hit].mean())
+    return (1 - settings.weight_rate) * previous + settings.weight_rate * utility / (utility.sum() + EPS)
+
+
+def _scaled_potential(
+    rows: Rows,
+    occurrences: _Occurrences,
+    succeeded: np.ndarray,
+    weights: np.ndarray,
+    gamma: float,
+    settings: MVPOSettings,
+) -> np.ndarray:
+    """Ā^pot per row (E12-E17)."""
+    region = occurrences.region
+    count = np.bincount(region).astype(np.float64)
+    loop_rate = np.bincount(region, weights=occurrences.looped) / (count + EPS)
+    if settings.potential == "eq15":
+        share = np.stack([np.bincount(region, weights=column) for column in occurrences.reached.T], axis=1)
+        pairs = np.sort(region * len(succeeded) + occurrences.rollout)  # R(c): distinct rollouts
+        pairs = pairs[np.r_[True, pairs[1:] != pairs[:-1]]]
+        members = pairs // len(succeeded)
+        rollouts_in = np.bincount(members, minlength=len(count)).astype(np.float64)
+        wins = np.bincount(members, weights=succeeded[pairs % len(succeeded)], minlength=len(count))
+        value = (share / (count + EPS)[:, None]) @ weights
+        value += (
+            settings.success_weight * wins / (rollouts_in + EPS) - settings.loop_weight * loop_rate
+        )  # E13
+    else:
+        value = _appendix_value(occurrences, weights, count, loop_rate, settings.appendix_mix)
+    seen = value[region]
+    normalised = (value - seen.mean()) / (seen.std() + EPS)  # E14
+    smoothing = count / (count + settings.count_smoothing)
+    smoothed = smoothing * normalised + (1 - smoothing) * normalised[region].mean()  # E15
+    difference = (
+        gamma * smoothed[region[occurrences.next_index]] - smoothed[region[occurrences.row_index]]
+    )  # E16
+    if settings.potential_norm == "zscore":
+        scaled = normalise(difference, rows.groups, "mean_std_norm", ddof=1)
+    else:
+        size = np.bincount(rows.groups).astype(np.float64)
+        rms = np.sqrt(np.bincount(rows.groups, weights=difference * difference) / size)
+        scaled = difference / (rms + EPS)[rows.groups]  # E17: the sign kept
+    scaled[(np.bincount(rows.groups) == 1)[rows.groups]] = 0.0
+    return scaled
+
+
+def _appendix_value(
+    occurrences: _Occurrences, weights: np.ndarray, count: np.ndarray, loop_rate: np.ndarray, mix: float
+) -> np.ndarray:
+    """The appendix's potential (choice A1): the mean over the region of milestone progress to go
+    (its best from each visit on), plus δ times the share of visits after which progress improves,
+    minus δ times the loop rate."""
+    progress = occurrences.reached @ weights / (weights.sum() + EPS)  # in [0, 1)
+    from_here = _rollout_suffix_max(progress, occurrences.starts)
+    ends = np.r_[occurrences.starts[1:], True]
+    later = np.where(ends, -np.inf, np.r_[from_here[1:], -np.inf])  # the best strictly after each visit
+    region = occurrences.region
+    improves = (later > progress).astype(np.float64)
+    return (np.bincount(region, weights=from_here) + mix * np.bincount(region, weights=improves)) / count - (
+        mix * loop_rate
+    )
+
+
+def _rollout_suffix_max(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Per position, the maximum of its rollout's values from it on (rollouts are contiguous runs
+    beginning at ``starts``); the loop runs over step positions, never over rows."""
+    first = np.flatnonzero(starts)
+    length = np.diff(np.r_[first, len(values)])
+    out = values.copy()
+    for position in range(int(length.max(initial=0)) - 2, -1, -1):
+        at = first[length > position + 1] + position
+        out[at] = np.maximum(out[at], out[at + 1])
+    return out
+
+
+def _branches(groups: np.ndarray, anchors: np.ndarray, returns: np.ndarray, zero_spread: float) -> np.ndarray:
+    """E18's branch of each row: singleton (a group of one row or no key), anchor (its anchor
+    group's returns spread over ε_r) or potential."""
+    anchor = pair_codes(groups, anchors)
+    size = np.bincount(anchor)
+    spread = np.sqrt(
+        np.bincount(anchor, weights=(returns - (np.bincount(anchor, weights=returns) / size)[anchor]) ** 2)
+        / np.maximum(size - 1, 1)
+    )
+    grouped = (size[anchor] > 1) & (anchors != 0)
+    return np.where(grouped, np.where(spread[anchor] > zero_spread, 1, 2), 0)
