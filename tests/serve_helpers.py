@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import socket
 import ssl
 import subprocess
@@ -59,11 +60,12 @@ def running_server(
     token: str | None = None,
     port: int | None = None,
     ca_file: str | None = None,
+    open_files: int | None = None,
 ) -> Iterator[tuple[str, subprocess.Popen]]:
     """A server subprocess (the tests folder importable, for ``byo_envs:Id``; with ``token``, a
     token file; on ``port``, or a free one; ``ca_file``: it serves https with a certificate that
-    CA signed); yields its base URL and process (``process.log``: the file its output goes to),
-    and stops it (by pid) after."""
+    CA signed; ``open_files``: its soft and hard limit on open files); yields its base URL and
+    process (``process.log``: the file its output goes to), and stops it (by pid) after."""
     port = port or free_port()
     with tempfile.TemporaryDirectory(prefix="hgpo-serve-") as folder:
         log = Path(folder) / "server.log"
@@ -85,6 +87,8 @@ def running_server(
                 cwd=folder,
                 env=environment,
             )
+        if open_files is not None:  # long before the server reads it: it is still importing
+            resource.prlimit(process.pid, resource.RLIMIT_NOFILE, (open_files, open_files))
         process.log = log
         url = f"{'https' if ca_file else 'http'}://127.0.0.1:{port}"
         try:

@@ -351,7 +351,8 @@ def test_connections_that_never_finish_a_request_are_closed_and_token_holders_pl
 
 def test_one_address_cannot_hold_more_than_its_share(strict_server):
     """Sockets held open without a request count against their address after a second; a burst of
-    handshakes from one address (a trainer opening its sessions) is never refused."""
+    handshakes from one address (a trainer opening its sessions) is never refused, and at the cap
+    the address's oldest incomplete connection is closed to admit the new one."""
     burst = [stranger(strict_server, "127.0.0.3") for _ in range(12)]  # 3 times the cap, at once
     request = f"GET /health HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nConnection: close\r\n\r\n"
     for sock in burst:
@@ -361,7 +362,8 @@ def test_one_address_cannot_hold_more_than_its_share(strict_server):
     held = [stranger(strict_server, "127.0.0.3") for _ in range(4)]
     time.sleep(1.3)  # now stale: they count
     extra = stranger(strict_server, "127.0.0.3")
-    assert closed_by_server(extra, within=0.5)  # refused at once: the address holds 4
+    assert closed_by_server(held[0], within=0.5)  # the oldest makes room: the address holds 4
+    assert not closed_by_server(extra, within=0.5)
     request = urllib.request.Request(f"{strict_server}/health", headers={"Authorization": f"Bearer {TOKEN}"})
     with urllib.request.urlopen(request, timeout=10) as answer:  # another address is served
         assert answer.status == 200
@@ -555,7 +557,7 @@ def test_the_server_stops_within_its_grace_whatever_its_clients_do(stop):
         said = process.log.read_text()
     assert took < 3 + 5, f"{took:.1f} s"  # the grace, and time to exit on a loaded machine
     [line] = [line for line in said.splitlines() if line.startswith(stop.name)]
-    found = re.fullmatch(rf"{stop.name}: closing (\d) connections, exiting within 3 s", line)
+    found = re.fullmatch(rf"{stop.name}: closing (\d) connections, exiting within 8 s", line)
     assert found and int(found[1]) >= 5, said  # 6 once the server has read the half-sent header
     assert "Traceback" not in said, said
 

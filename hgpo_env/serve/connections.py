@@ -1,15 +1,24 @@
-"""Connections strangers cannot use up: a deadline for each request's headers, a cap per address.
+"""Connections strangers cannot use up: a deadline for each request's headers, caps that close
+the oldest incomplete connection rather than refuse a new one.
 
 uvicorn times out a connection only between requests (``--keep-alive``): one that never sends a
 complete request, a silent socket or half-sent headers, is held for ever, before any token is
-checked. A few hundred of them exhausted the server's open files and locked token holders out.
-:func:`guarded_protocol` makes uvicorn's HTTP/1.1 protocol (h11) close a connection whose request
-headers are not complete within ``deadline_s`` of its opening (or of the data that starts its
-next request), and refuse an address more than ``per_address`` such incomplete connections at
-once (counting those incomplete for over a second: a burst of sessions is not refused); a
-connection whose headers are complete (a request or a WebSocket upgrade, where the token is
-checked) no longer counts. A WebSocket upgrade with a header line longer than WebSocket
-servers read (8 KiB) gets 431 rather than silence.
+checked. :func:`guarded_protocol` makes uvicorn's HTTP/1.1 protocol (h11) close a connection whose
+request headers are not complete within ``deadline_s`` of its opening (or of the data that starts
+its next request). Incomplete connections are capped twice, and at either cap the *oldest*
+incomplete connection is closed to admit the new one, never the new one refused: a real client
+completes its headers in milliseconds, so the one closed is a stranger's, even when strangers
+share the token holder's address (a proxy, an ingress, a NAT):
+
+* per address, ``per_address`` connections incomplete for over a second (:func:`stale_after`; a
+  trainer's burst of fresh handshakes never counts);
+* in all, ``most_pending``, fresh ones included, which the server sets below its limit on open
+  files (:func:`pending_cap`), so a burst of silent sockets cannot take the descriptors that
+  clients with complete requests (sessions, ``/health``) need.
+
+A connection whose headers are complete (a request or a WebSocket upgrade, where the token is
+checked) no longer counts. A WebSocket upgrade with a header line longer than WebSocket servers
+read (8 KiB) gets 431 rather than silence.
 
 Incomplete connections are also kept out of uvicorn's own count of connections, which
 ``--limit-concurrency`` bounds: before, forty silent sockets turned every token holder's request
@@ -37,15 +46,12 @@ MAX_UPGRADE_HEADER_LINE = 8190
 """Longest header line the WebSocket handshake reads (the ``websockets`` library's limit)."""
 
 
-def guarded_protocol(deadline_s: float, per_address: int) -> type[H11Protocol]:
+def guarded_protocol(deadline_s: float, per_address: int, most_pending: int) -> type[H11Protocol]:
     """An ``H11Protocol`` class (uvicorn's ``http=``) with these limits; one per server, which
-    tracks the incomplete connections of each client address.
-
-    Only connections incomplete for longer than :func:`stale_after` count against
-    ``per_address``: a trainer opening hundreds of sessions at once completes each handshake in
-    milliseconds and is never refused; sockets held open without a request are."""
+    tracks the incomplete connections of each client address and of all, oldest first."""
     stale_s = stale_after(deadline_s)
     pending: dict[str, dict[H11Protocol, float]] = defaultdict(dict)
+    everyone: dict[H11Protocol, float] = {}
 
     class GuardedH11Protocol(H11Protocol):
         _timer: asyncio.TimerHandle | None = None
@@ -54,29 +60,34 @@ def guarded_protocol(deadline_s: float, per_address: int) -> type[H11Protocol]:
         @staticmethod
         def pending_count() -> int:
             """Connections whose request is incomplete (not in uvicorn's count)."""
-            return sum(map(len, pending.values()))
+            return len(everyone)
 
         @staticmethod
         def close_pending() -> None:
             """Close every connection whose request is incomplete (the server is stopping)."""
-            for held in list(pending.values()):
-                for connection in list(held):
-                    connection._expired()
+            for connection in list(everyone):
+                connection._expired()
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self.connections.discard(self)  # counted once a request is complete
             self._address = self.client[0] if self.client else "?"
-            if self._stale_at_address() >= per_address:
-                transport.close()
-                return
             self._start_deadline()
+            self._make_room()
 
-        def _stale_at_address(self) -> int:
-            """Incomplete connections of this address older than ``stale_s``, up to the cap: they
-            are kept in the order they started, so the count stops at the first fresh one."""
+        def _make_room(self) -> None:
+            """At a cap, close the oldest incomplete connection (of this address, or of all)."""
+            held = pending.get(self._address, {})
+            if self._stale(held) >= per_address:
+                next(iter(held))._expired()
+            if len(everyone) > most_pending:
+                next(iter(everyone))._expired()
+
+        def _stale(self, held: dict[H11Protocol, float]) -> int:
+            """Connections in ``held`` older than ``stale_s``, counted up to the cap: they are kept
+            in the order they started, so the count stops at the first fresh one."""
             now, stale = self.loop.time(), 0
-            for began in pending[self._address].values():
+            for began in held.values():
                 if now - began <= stale_s or stale >= per_address:
                     break
                 stale += 1
@@ -84,13 +95,14 @@ def guarded_protocol(deadline_s: float, per_address: int) -> type[H11Protocol]:
 
         def _start_deadline(self) -> None:
             if self._timer is None and not self.transport.is_closing():
-                pending[self._address][self] = self.loop.time()
+                pending[self._address][self] = everyone[self] = self.loop.time()
                 self._timer = self.loop.call_later(deadline_s, self._expired)
 
         def _headers_done(self) -> None:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
+            everyone.pop(self, None)
             held = pending.get(self._address)
             if held is not None:
                 held.pop(self, None)
@@ -135,6 +147,31 @@ def guarded_protocol(deadline_s: float, per_address: int) -> type[H11Protocol]:
             self.transport.close()
 
     return GuardedH11Protocol
+
+
+def pending_cap(open_files: int | None) -> int:
+    """How many connections may be incomplete at once: half the process's limit on open files,
+    the other half left to connections with a complete request, the env's files and the server's
+    own (unbounded where the platform has no such limit)."""
+    return max(8, open_files // 2) if open_files else 2**31
+
+
+def raise_open_files_limit() -> int | None:
+    """Raise this process's soft limit on open files to its hard limit (every connection is a
+    file; many systems start processes at 1,024) and return the limit now; None where the
+    platform has none (Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (OSError, ValueError):  # some systems cap it lower than the hard limit says
+            pass
+    return None if soft == resource.RLIM_INFINITY else soft
 
 
 def stale_after(deadline_s: float) -> float:

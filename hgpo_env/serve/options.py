@@ -45,11 +45,15 @@ class ServerOptions:
         10.0, "close a connection whose request headers are not complete this long after they start (s)"
     )
     max_pending_per_address: int = _option(
-        32, "connections one client address may hold before their request headers are complete"
+        32,
+        "connections one client address may hold for over a second before their request headers "
+        "are complete; at the cap its oldest is closed",
     )
     send_timeout: float = _option(30.0, "drop a WebSocket whose replies have waited this long unread (s)")
     shutdown_grace: float = _option(
-        10.0, "on SIGTERM or SIGINT, exit within this long whatever the clients do (s)"
+        10.0,
+        "on SIGTERM or SIGINT, give open sessions this long to close whatever the clients do, then "
+        "cancel them; the process exits 5 s later at the latest (s)",
     )
     limit_concurrency: int | None = _option(None, "answer 503 beyond this many connections and tasks at once")
     http_sessions: bool = _option(
@@ -67,7 +71,7 @@ class ServerOptions:
             path = getattr(self, name)
             if path and not Path(path).is_file():
                 return f"{_flag(name)} {path}: no such file"
-        for name in ("max_sessions", "limit_concurrency"):
+        for name in ("max_sessions", "limit_concurrency", "max_pending_per_address"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 return f"{_flag(name)} {value}: it must be at least 1"

@@ -37,7 +37,13 @@ import hgpo_env  # noqa: F401  (registers the HGPO-* ids)
 from hgpo_env.registration import import_env_module
 from hgpo_env.serve.auth import BearerAuth, check_bind
 from hgpo_env.serve.choices import Allowed, ClientChoices, redact
-from hgpo_env.serve.connections import GoneClientsUnlogged, guarded_protocol, unread_replies_dropped
+from hgpo_env.serve.connections import (
+    GoneClientsUnlogged,
+    guarded_protocol,
+    pending_cap,
+    raise_open_files_limit,
+    unread_replies_dropped,
+)
 from hgpo_env.serve.frames import FrameGuard, stop_checker
 from hgpo_env.serve.guards import BodyLimit, OriginCheck
 from hgpo_env.serve.idle import IdleClose
@@ -384,18 +390,21 @@ def build_app(
 def serve(
     env_id: str, env_kwargs: Mapping[str, Any] | None = None, options: ServerOptions = ServerOptions()
 ) -> None:
-    """Serve until SIGINT or SIGTERM, which stop taking sessions, close the open ones and exit
-    within ``options.shutdown_grace`` seconds whatever the clients do (sessions still busy then are
-    cancelled); print one line with the URL once sessions are accepted, and one on the signal.
+    """Serve until SIGINT or SIGTERM, which stop taking sessions, give the open ones
+    ``options.shutdown_grace`` seconds to close whatever the clients do (sessions still busy then
+    are cancelled) and exit within :data:`FORCED_EXIT_AFTER_S` more; print one line with the URL
+    once sessions are accepted, and one on the signal.
     A ``host`` other machines can reach needs a ``token``, or ``insecure``; ``ssl_certfile`` (and
     ``ssl_keyfile``) serve ``https``/``wss``, so the token does not cross the network in clear text.
     :class:`~hgpo_env.serve.options.ServerOptions` lists every option with its default.
 
     WebSocket frames are capped at :data:`MAX_FRAME_BYTES` and never compressed: with
     permessage-deflate, 15 KB on the wire inflated to 15 MB and held every session for seconds.
-    A connection must complete its request's headers within ``request_timeout`` seconds, and an
-    address may hold ``max_pending_per_address`` connections that have not; a WebSocket whose
-    replies wait unread for ``send_timeout`` seconds is dropped
+    A connection must complete its request's headers within ``request_timeout`` seconds; an
+    address may hold ``max_pending_per_address`` connections that have not for over a second, and
+    all addresses together half the open files the process may have (its soft limit, raised to the
+    hard one and printed at start-up): at either cap the oldest such connection is closed to
+    admit a new one. A WebSocket whose replies wait unread for ``send_timeout`` seconds is dropped
     (:mod:`~hgpo_env.serve.connections`)."""
     o = options
     problem = o.problem()
@@ -413,7 +422,14 @@ def serve(
         http_sessions=o.http_sessions,
         allow_origins=o.allow_origins,
     )
-    http = guarded_protocol(o.request_timeout, o.max_pending_per_address)
+    open_files = raise_open_files_limit()
+    most_pending = pending_cap(open_files)
+    if open_files is not None:
+        print(
+            f"open files: {open_files}; at most {most_pending} connections may wait for their request headers",
+            flush=True,
+        )
+    http = guarded_protocol(o.request_timeout, o.max_pending_per_address, most_pending)
     gc.set_threshold(*GC_THRESHOLDS)
     config = uvicorn.Config(
         app,
@@ -465,8 +481,9 @@ class _AnnouncingServer(uvicorn.Server):
         if not self.should_exit:
             held = len(self.server_state.connections) + self.http.pending_count()
             name = signal.Signals(sig).name
-            print(f"{name}: closing {held} connections, exiting within {self.grace_s:g} s", flush=True)
-            last_resort = threading.Timer(self.grace_s + FORCED_EXIT_AFTER_S, _exit_now, (name, 128 + sig))
+            bound = self.grace_s + FORCED_EXIT_AFTER_S  # the grace for sessions, then the forced exit
+            print(f"{name}: closing {held} connections, exiting within {bound:g} s", flush=True)
+            last_resort = threading.Timer(bound, _exit_now, (name, 128 + sig))
             last_resort.daemon = True
             last_resort.start()
         super().handle_exit(sig, frame)
