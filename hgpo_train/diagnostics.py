@@ -24,6 +24,7 @@ from hgpo_train.advantage import (
     level_clusters,
     pair_codes,
 )
+from hgpo_train.advantage.columns import id_codes
 
 if TYPE_CHECKING:
     from hgpo_train.batch import StepBatch
@@ -145,6 +146,21 @@ def _share(mask: np.ndarray, among: np.ndarray | None = None) -> float:
     return float((mask & among).sum() / among.sum()) if among.any() else 0.0
 
 
+def zero_credit_metrics(group_ids: Any, won: np.ndarray, advantages: np.ndarray) -> dict[str, float]:
+    """How much of a batch gets no credit at all: the share of steps whose advantage is exactly 0,
+    and the shares of task groups whose rollouts all ended alike (all won or none) and all failed,
+    where every estimator that compares returns has nothing to compare (``won``: per row, its
+    rollout's success)."""
+    groups = id_codes(group_ids, "group_ids", len(advantages))
+    rows = np.bincount(groups)
+    wins = np.bincount(groups, weights=won.astype(np.float64))
+    return {
+        "advantage/exact_zero_share": _share(advantages == 0),
+        "rollout/identical_outcome_groups": _share((wins == 0) | (wins == rows)),
+        "rollout/all_fail_groups": _share(wins == 0),
+    }
+
+
 def credit_metrics(batch: StepBatch, credit: StepCredit, config: AdvantageConfig) -> dict[str, float]:
     """What both trainers log of an update's step credit: the advantages' spread, the grouping
     of the values the estimator credited (:func:`grouping_diagnostics`), whether the keys see the
@@ -158,6 +174,7 @@ def credit_metrics(batch: StepBatch, credit: StepCredit, config: AdvantageConfig
         "advantage/mean": float(advantages.mean()),
         "advantage/std": float(advantages.std()),
         "advantage/zero_frac": float((np.abs(advantages) <= 1e-6).mean()),
+        **zero_credit_metrics(batch.group_id, batch.outcome == "won", advantages),
         **grouping_diagnostics(batch.group_id, batch.fingerprints, credit.returns, config.mode),
         **keys,
     }

@@ -7,7 +7,13 @@ import pytest
 
 from hgpo_train.advantage import AdvantageConfig, step_returns
 from hgpo_train.batch import Episodes, StepBatch
-from hgpo_train.diagnostics import SIZE_BINS, credit_metrics, grouping_diagnostics, plot_grouping
+from hgpo_train.diagnostics import (
+    SIZE_BINS,
+    credit_metrics,
+    grouping_diagnostics,
+    plot_grouping,
+    zero_credit_metrics,
+)
 
 # The worked example of HGPO_SPEC.md: one group, K = 1
 S, X, Y, SX, SY = 11, 22, 33, 1122, 1133
@@ -159,3 +165,20 @@ def test_the_logs_say_whether_the_keys_see_the_state_and_warn_once(capsys, monke
     err = capsys.readouterr().err.splitlines()
     assert [line.split(":")[1].split()[0] for line in err] == ["gigpo", "crbc"]  # once each, not for hgpo
     assert "50% of visits went elsewhere" in err[0] and "python -m hgpo_env audit" in err[0]
+
+
+def test_the_zero_credit_share_and_the_groups_that_ended_alike():
+    """Three task groups: one all failed, one all won, one mixed; GRPO gives the first two no
+    credit at all."""
+    groups = np.array([0, 0, 0, 5, 5, 9, 9, 9])
+    won = np.array([0, 0, 0, 1, 1, 1, 0, 0], bool)
+    scores = np.where(won, 10.0, 0.0)
+    from hgpo_train.advantage import grpo_advantages
+
+    advantages = grpo_advantages(scores, groups)
+    metrics = zero_credit_metrics(groups, won, advantages)
+    assert metrics == {
+        "advantage/exact_zero_share": 5 / 8,
+        "rollout/identical_outcome_groups": 2 / 3,
+        "rollout/all_fail_groups": 1 / 3,
+    }
