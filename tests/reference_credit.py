@@ -41,7 +41,7 @@ def reference_advantages(
     if config.estimator == "g2po":
         return g2po_advantages(
             rewards, rollouts, groups, fingerprints, invalid, config.mode, config.gamma,
-            config.invalid_penalty, config.step_weight, config.success_reward,
+            config.invalid_penalty, config.step_weight, config.success_reward, won,
         )  # fmt: skip
     if config.returns == "graph":
         returns = graph_returns(

@@ -103,3 +103,18 @@ def test_rows_may_come_in_any_interleaving() -> None:
 def test_step_return_does_not_apply() -> None:
     with pytest.raises(ValueError, match="g2po credits the value of the state a step leads to"):
         AdvantageConfig(estimator="g2po", step_return="graph")
+
+
+def test_with_zero_one_rewards_a_win_is_a_win():
+    """A verifiers-style batch (reward 1 for a win): the code's success test (E == 10) calls the
+    win a loss, so the winning turn gets negative credit; given the env's won flag, as
+    every trainer and integration passes it, G2PO reads success from it, as CRBC and MVPO do.
+    A: s1 -> s2 -> won (E = 1); B: s1 -> s3 -> lost."""
+    columns = ([0.0, 1.0, 0.0, 0.0], [0, 0, 1, 1], [0, 0, 0, 0], [1, 2, 1, 3])
+    blind = g2po_advantages(*columns, mode="mean_norm")
+    assert blind[1] < 0  # the code's test against 10: the win led to a terminal worth 0
+    seen = g2po_advantages(*columns, mode="mean_norm", won=[0, 1, 0, 0])
+    assert seen[1] > 0 > seen[3]
+    ten = g2po_advantages([0.0, 10.0, 0.0, 0.0], *columns[1:], mode="mean_norm")
+    scaled = g2po_advantages([0.0, 10.0, 0.0, 0.0], *columns[1:], mode="mean_norm", won=[0, 1, 0, 0])
+    np.testing.assert_array_equal(scaled, ten)  # where the win is the only reward: the code's numbers

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from hgpo_train.advantage.columns import float_column, level0, real_setting
-from hgpo_train.advantage.grouping import nested_codes, next_rows, positions
+from hgpo_train.advantage.columns import level0, real_setting
+from hgpo_train.advantage.grouping import nested_codes, next_rows, positions, rollout_success
 from hgpo_train.advantage.grpo import episode_advantages
 from hgpo_train.advantage.returns import episode_scores
 from hgpo_train.advantage.rows import Rows, StepCredit
@@ -108,15 +108,11 @@ def _process(rows: Rows) -> _Process:
         actions = level0(rows.action_keys, n)
     except ValueError as error:  # its message names fingerprints
         raise ValueError(f"action_keys: {error}".replace("fingerprints", "keys")) from None
-    won = float_column(rows.won, "won", n)
-    if not np.isin(won, (0.0, 1.0)).all():
-        raise ValueError("won must hold only 0/1 (or booleans)")
     anchor, pair = nested_codes(rows.groups, level0(fingerprints), actions)
     anchors = int(anchor.max(initial=-1)) + 1
     after = next_rows(rows.rollouts)
     last = after < 0
-    succeeded = np.zeros(int(rows.rollouts.max(initial=-1)) + 1, dtype=bool)
-    succeeded[rows.rollouts[last]] = won[last] != 0
+    succeeded = rollout_success(rows.won, rows.rollouts)
     success = succeeded[rows.rollouts]
     boundary = np.where(success, anchors, anchors + 1)
     successor = np.where(last, boundary, anchor[np.maximum(after, 0)])

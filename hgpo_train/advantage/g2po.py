@@ -16,7 +16,7 @@ from hgpo_train.advantage.columns import (
     level0,
     real_setting,
 )
-from hgpo_train.advantage.grouping import next_rows, normalise, pair_codes, positions
+from hgpo_train.advantage.grouping import next_rows, normalise, pair_codes, positions, rollout_success
 from hgpo_train.advantage.grpo import episode_advantages
 from hgpo_train.advantage.rows import Rows, StepCredit
 
@@ -38,6 +38,7 @@ def g2po_advantages(
     invalid_penalty: float = 0.1,
     step_weight: float = 1.0,
     success_reward: float = SUCCESS_REWARD,
+    won: Any = None,
 ) -> np.ndarray:
     """G2PO, as its released code (Nala-YN/G2PO ``g2po/core_g2po.py``) computes it.
 
@@ -46,7 +47,11 @@ def g2po_advantages(
     reward (the sum of its rewards, before invalid penalties), ``T`` its length, ``t`` the step's
     0-based position, so a rollout's last step is discounted once. A step leads to the state group
     of the next step of its rollout; a last step to a terminal worth ``success_reward`` when
-    ``E == success_reward`` exactly (the code's success test) and 0 otherwise. The advantage is
+    ``E == success_reward`` exactly (the code's success test) and 0 otherwise; given ``won`` (the
+    env's flag after each step, as every other estimator reads success), a rollout whose last row
+    won ends at a terminal worth its ``E``, which is the code's value wherever the win's reward is
+    the episode's only reward (every env here), and right where it is not (0/1 rewards: the code's
+    test against 10 would call every win a loss). The advantage is
     GRPO's episode term (as :func:`grpo_advantages`) plus ``step_weight`` times (a) the value led
     to minus the step's invalid penalty, normalised within the state group (0 in a group of one),
     and (b) that value minus the state group's own, normalised over the task group. Statistics
@@ -55,9 +60,10 @@ def g2po_advantages(
     check_mode(mode)
     r = float_column(rewards, "rewards")
     n = len(r)
+    rollout = id_codes(traj_ids, "traj_ids", n)
     return _g2po(
         r,
-        id_codes(traj_ids, "traj_ids", n),
+        rollout,
         id_codes(group_ids, "group_ids", n),
         level0(states, n),
         invalid_penalties(invalid, invalid_penalty, n),
@@ -65,6 +71,7 @@ def g2po_advantages(
         real_setting(gamma, "gamma", 0.0, 1.0),
         real_setting(step_weight, "step_weight"),
         real_setting(success_reward, "success_reward"),
+        None if won is None else rollout_success(won, rollout)[rollout],
     )[0]
 
 
@@ -78,16 +85,21 @@ def _g2po(
     gamma: float,
     step_weight: float,
     success_reward: float,
+    succeeded: np.ndarray | None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """G2PO's advantages and what it credits each step with: the value of the state it led to,
-    minus its invalid penalty (see :func:`g2po_advantages`)."""
+    minus its invalid penalty (see :func:`g2po_advantages`; ``succeeded``: per row, its rollout
+    won, or None for the code's test)."""
     episode = np.bincount(rollout, weights=r)[rollout]
     position, length = positions(rollout)
     state = pair_codes(groups, states)
     members = np.bincount(state)
     value = np.bincount(state, weights=gamma ** (length - position).astype(np.float64) * episode) / members
     after = next_rows(rollout)
-    terminal = np.where(episode == success_reward, success_reward, 0.0)
+    if succeeded is None:
+        terminal = np.where(episode == success_reward, success_reward, 0.0)
+    else:
+        terminal = np.where(succeeded, episode, 0.0)
     value_next = np.where(after >= 0, value[state[np.maximum(after, 0)]], terminal)
     credited = value_next - penalty
     within_state = normalise(credited, state, mode, ddof=1)
@@ -109,5 +121,6 @@ def credit(rows: Rows, config: AdvantageConfig) -> StepCredit:
         config.gamma,
         config.step_weight,
         config.success_reward,
+        None if rows.won is None else rollout_success(rows.won, rows.rollouts)[rows.rollouts],
     )
     return StepCredit(advantages, credited)

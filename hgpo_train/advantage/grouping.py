@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from hgpo_train.advantage.columns import as_fingerprints, id_codes
+from hgpo_train.advantage.columns import as_fingerprints, float_column, id_codes
 
 EPS = 1e-6
 """Added to the std and to the weight sum, as in the released code."""
@@ -183,6 +183,18 @@ def last_rows(rollout: np.ndarray) -> np.ndarray:
     last = np.ones(len(rollout), dtype=bool)
     last[order[:-1]] = rollout[order[1:]] != rollout[order[:-1]]
     return last
+
+
+def rollout_success(won: Any, rollout: np.ndarray) -> np.ndarray:
+    """Per rollout (dense codes), whether it succeeded: the env's ``won`` on its last row, the one
+    success every estimator reads (0/1 or booleans only)."""
+    flags = float_column(won, "won", len(rollout))
+    if not np.isin(flags, (0.0, 1.0)).all():
+        raise ValueError("won must hold only 0/1 (or booleans)")
+    succeeded = np.zeros(int(rollout.max(initial=-1)) + 1, dtype=bool)
+    last = last_rows(rollout)
+    succeeded[rollout[last]] = flags[last] != 0
+    return succeeded
 
 
 def positions(rollout: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

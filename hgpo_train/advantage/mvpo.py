@@ -20,9 +20,9 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from hgpo_train.advantage.columns import float_column, id_codes, level0, real_setting, to_numpy
+from hgpo_train.advantage.columns import id_codes, level0, real_setting, to_numpy
 from hgpo_train.advantage.gigpo import _step_term
-from hgpo_train.advantage.grouping import EPS, normalise, pair_codes, positions, threads_for
+from hgpo_train.advantage.grouping import EPS, normalise, pair_codes, rollout_success, threads_for
 from hgpo_train.advantage.grpo import episode_advantages
 from hgpo_train.advantage.returns import episode_scores, step_returns
 from hgpo_train.advantage.rows import Rows, StepCredit
@@ -235,17 +235,10 @@ def _trigger_column(values: Any, name: str, n: int) -> np.ndarray:
 
 
 def _rollout_success(rows: Rows) -> np.ndarray:
-    """won_i per rollout: the env's ``won`` on its last row."""
+    """won_i per rollout, as a float (E1, E10)."""
     if rows.won is None:
         raise ValueError("the mvpo estimator needs the env's won flag per step (won, info['won'])")
-    won = float_column(rows.won, "won", len(rows))
-    if not np.isin(won, (0.0, 1.0)).all():
-        raise ValueError("won must hold only 0/1 (or booleans)")
-    position, length = positions(rows.rollouts)
-    last = position == length - 1
-    succeeded = np.zeros(int(rows.rollouts.max(initial=-1)) + 1)
-    succeeded[rows.rollouts[last]] = won[last]
-    return succeeded
+    return rollout_success(rows.won, rows.rollouts).astype(np.float64)
 
 
 def _kappa(success: float, state: MVPOState, settings: MVPOSettings) -> tuple[float, float, float]:
