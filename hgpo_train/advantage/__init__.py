@@ -17,7 +17,7 @@ pieces are ``columns`` (input checks), ``grouping`` (clusters) and ``returns``.
 
 from hgpo_train.advantage.columns import MODES, Mode, as_fingerprints
 from hgpo_train.advantage.config import STEP_RETURNS, AdvantageConfig, Estimator, StepReturn
-from hgpo_train.advantage.crbc import CRBCSettings, crbc_advantages
+from hgpo_train.advantage.crbc import crbc_advantages
 from hgpo_train.advantage.credit import compute_advantages, credit_rows, step_credit
 from hgpo_train.advantage.g2po import g2po_advantages
 from hgpo_train.advantage.gigpo import gigpo_advantages
@@ -25,7 +25,6 @@ from hgpo_train.advantage.grouping import level_clusters, pair_codes
 from hgpo_train.advantage.grpo import grpo_advantages
 from hgpo_train.advantage.hgpo import hgpo_advantages, hgpo_level_items
 from hgpo_train.advantage.mvpo import MVPOCredit, MVPOSettings, MVPOState, mvpo_advantages
-from hgpo_train.advantage.registry import ESTIMATORS
 from hgpo_train.advantage.returns import (
     GRAPH_RETURN_SCALE,
     episode_scores,
@@ -34,6 +33,7 @@ from hgpo_train.advantage.returns import (
     step_returns,
 )
 from hgpo_train.advantage.rows import Rows, StepCredit
+from hgpo_train.advantage.settings import ESTIMATORS, CRBCSettings
 
 __all__ = [
     "ESTIMATORS",

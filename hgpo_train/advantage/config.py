@@ -6,11 +6,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from hgpo_train.advantage.columns import Mode, check_mode, real_setting
-from hgpo_train.advantage.crbc import CRBCSettings
-from hgpo_train.advantage.g2po import SUCCESS_REWARD
-from hgpo_train.advantage.registry import ESTIMATORS
+from hgpo_train.advantage.settings import ESTIMATORS, SUCCESS_REWARD, CRBCSettings
 
-Estimator = Literal[ESTIMATORS]  # type: ignore[valid-type]  # the registry's names
+Estimator = Literal[ESTIMATORS]  # type: ignore[valid-type]  # the estimators' names
 StepReturn = Literal["discounted", "graph"]
 STEP_RETURNS: tuple[str, ...] = ("discounted", "graph")
 _CREDITS = {

@@ -17,48 +17,17 @@ solve over a group's anchors.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 
 import numpy as np
 
-from hgpo_train.advantage.columns import level0, real_setting
+from hgpo_train.advantage.columns import level0
+from hgpo_train.advantage.config import AdvantageConfig
 from hgpo_train.advantage.grouping import nested_codes, next_rows, positions, rollout_success
 from hgpo_train.advantage.grpo import episode_advantages
 from hgpo_train.advantage.returns import episode_scores
 from hgpo_train.advantage.rows import Rows, StepCredit
-
-if TYPE_CHECKING:
-    from hgpo_train.advantage.config import AdvantageConfig
-
-CLOSURE = "inf"
-"""The depth that solves the closure (the paper's K = infinity)."""
-
-
-@dataclass(frozen=True)
-class CRBCSettings:
-    """CRBC's own settings; defaults are appendix C.3's. Its trajectory term's weight (w_G) is
-    ``advantage.episode_weight`` and uses ``advantage.mode`` and ``advantage.invalid_penalty``."""
-
-    beta: float = 0.98
-    """Discount, in (0, 1): at 1 the closure can be singular (the paper's ablation: 0.95 and
-    0.99 train about as well, 1.0 worse)."""
-    depth: int | Literal["inf"] = CLOSURE
-    """K: ``inf`` solves the closure; K >= 0 applies the Bellman operator K times to the
-    visit-averaged discounted success (K = 0: visit-local averaging, like GiGPO)."""
-    step_weight: float = 5.0
-    """w_S, the weight of the step credit."""
-    sigma_min: float = 0.1
-    """Floor of the anchor's spread that divides its advantages."""
-
-    def __post_init__(self) -> None:
-        beta = real_setting(self.beta, "crbc.beta", 0.0, 1.0)
-        if beta in (0.0, 1.0):
-            raise ValueError(f"crbc.beta must be strictly between 0 and 1, got {self.beta!r}")
-        if self.depth != CLOSURE and not (type(self.depth) is int and self.depth >= 0):
-            raise ValueError(f"crbc.depth must be an integer >= 0 or 'inf', got {self.depth!r}")
-        real_setting(self.step_weight, "crbc.step_weight")
-        if real_setting(self.sigma_min, "crbc.sigma_min") <= 0:
-            raise ValueError(f"crbc.sigma_min must be > 0, got {self.sigma_min!r}")
+from hgpo_train.advantage.settings import CLOSURE, CRBCSettings
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ leads to, normalised within its state and within its task."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -16,15 +16,11 @@ from hgpo_train.advantage.columns import (
     level0,
     real_setting,
 )
+from hgpo_train.advantage.config import AdvantageConfig
 from hgpo_train.advantage.grouping import next_rows, normalise, pair_codes, positions, rollout_success
 from hgpo_train.advantage.grpo import episode_advantages
 from hgpo_train.advantage.rows import Rows, StepCredit
-
-if TYPE_CHECKING:
-    from hgpo_train.advantage.config import AdvantageConfig
-
-SUCCESS_REWARD = 10.0
-"""The episode reward G2PO's code counts as success, and the value of its success terminal."""
+from hgpo_train.advantage.settings import SUCCESS_REWARD
 
 
 def g2po_advantages(

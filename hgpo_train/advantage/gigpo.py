@@ -4,7 +4,7 @@ return normalised among the steps of its task group that act in the same state (
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -16,13 +16,11 @@ from hgpo_train.advantage.columns import (
     level0,
     real_setting,
 )
+from hgpo_train.advantage.config import AdvantageConfig
 from hgpo_train.advantage.grouping import PairSorter, normalise, normalise_clusters, threads_for
 from hgpo_train.advantage.grpo import episode_advantages
 from hgpo_train.advantage.returns import credited_returns, episode_scores
 from hgpo_train.advantage.rows import Rows, StepCredit
-
-if TYPE_CHECKING:
-    from hgpo_train.advantage.config import AdvantageConfig
 
 
 def gigpo_advantages(

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from hgpo_train.advantage.columns import Mode, check_mode, float_column, id_codes
+from hgpo_train.advantage.config import AdvantageConfig
 from hgpo_train.advantage.grouping import EPS, normalise
 from hgpo_train.advantage.returns import episode_scores
 from hgpo_train.advantage.rows import Rows, StepCredit
-
-if TYPE_CHECKING:
-    from hgpo_train.advantage.config import AdvantageConfig
 
 
 def episode_advantages(scores: np.ndarray, groups: np.ndarray, mode: str) -> np.ndarray:

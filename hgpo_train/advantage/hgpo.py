@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -17,13 +17,11 @@ from hgpo_train.advantage.columns import (
     id_codes,
     real_setting,
 )
+from hgpo_train.advantage.config import AdvantageConfig
 from hgpo_train.advantage.grouping import EPS, PairSorter, normalise_clusters, threads_for
 from hgpo_train.advantage.grpo import episode_advantages
 from hgpo_train.advantage.returns import credited_returns, episode_scores
 from hgpo_train.advantage.rows import Rows, StepCredit
-
-if TYPE_CHECKING:
-    from hgpo_train.advantage.config import AdvantageConfig
 
 ZERO_TOL = 1e-6
 """An HGPO item with ``|a| <= ZERO_TOL`` counts as zero and is dropped (spec, HGPO step 4)."""

@@ -1,17 +1,16 @@
 """Every estimator by its config name (``advantage.estimator``). Adding one is a module with a
-``credit(rows, config) -> StepCredit`` function and one entry here (its settings, if any, go in
+``credit(rows, config) -> StepCredit`` function, its name in ``settings.ESTIMATORS`` and one entry
+here (its settings, if any, in :mod:`~hgpo_train.advantage.settings`, held by
 :class:`~hgpo_train.advantage.config.AdvantageConfig`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from hgpo_train.advantage import crbc, g2po, gigpo, grpo, hgpo
+from hgpo_train.advantage.config import AdvantageConfig
 from hgpo_train.advantage.rows import Rows, StepCredit
-
-if TYPE_CHECKING:
-    from hgpo_train.advantage.config import AdvantageConfig
+from hgpo_train.advantage.settings import ESTIMATORS
 
 CREDIT: dict[str, Callable[[Rows, AdvantageConfig], StepCredit]] = {
     "grpo": grpo.credit,
@@ -21,4 +20,7 @@ CREDIT: dict[str, Callable[[Rows, AdvantageConfig], StepCredit]] = {
     "g2po": g2po.credit,
     "crbc": crbc.credit,
 }
-ESTIMATORS: tuple[str, ...] = tuple(CREDIT)
+if tuple(CREDIT) != ESTIMATORS:  # one list of names: a new estimator goes in both, in one order
+    raise ImportError(
+        f"the registry's estimators {tuple(CREDIT)} differ from settings.ESTIMATORS {ESTIMATORS}"
+    )

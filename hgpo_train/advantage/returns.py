@@ -3,7 +3,7 @@ GraphGPO's distance-to-success returns in each task group's state graph."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -14,11 +14,9 @@ from hgpo_train.advantage.columns import (
     level0,
     real_setting,
 )
+from hgpo_train.advantage.config import AdvantageConfig
 from hgpo_train.advantage.grouping import PairSorter, last_rows
 from hgpo_train.advantage.rows import Rows
-
-if TYPE_CHECKING:
-    from hgpo_train.advantage.config import AdvantageConfig
 
 GRAPH_RETURN_SCALE = 10.0
 """GraphGPO's step return at distance 0 (the recipe's constant: ALFWorld's win reward)."""
