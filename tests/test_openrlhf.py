@@ -511,7 +511,7 @@ def test_a_resumed_run_with_another_config_is_refused(tmp_path, capsys: pytest.C
 def test_cpu_mode_sets_what_cpus_lack_and_names_its_environment(tmp_path, capsys) -> None:
     from hgpo_train.openrlhf.arguments import openrlhf_argv
     from hgpo_train.openrlhf.backend import cpu_env_vars
-    from hgpo_train.openrlhf.worker_setup import FP32_VAR
+    from hgpo_train.openrlhf.process_env import FP32_VAR
 
     cpu_config = "configs/openrlhf_rooms_cpu.yaml"
     config, cluster = load_run(PAPER_CONFIGS[0], ["openrlhf.device=cpu"])  # a GPU config on CPUs

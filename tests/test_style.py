@@ -23,11 +23,11 @@ def test_ruff(command: list[str]) -> None:
 
 def folder_imports(package: str) -> dict[tuple[str, str], set[str]]:
     """(importing folder, imported folder) -> the modules that import across, for every absolute
-    import inside ``package``. A command line's ``__main__`` is left out: it is where the folders
-    are put together, so it imports the subpackages whose commands it offers."""
+    import inside ``package``. A command line (``__main__`` or ``cli``) is left out: it is where
+    the folders are put together, so it imports the subpackages whose commands it offers."""
     edges: dict[tuple[str, str], set[str]] = {}
     for path in sorted((ROOT / package).rglob("*.py")):
-        if path.name == "__main__.py":
+        if path.name in ("__main__.py", "cli.py"):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):

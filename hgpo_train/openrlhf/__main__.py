@@ -2,7 +2,7 @@
 
 import sys
 
-from hgpo_train.__main__ import main
+from hgpo_train.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["--backend", "openrlhf", *sys.argv[1:]]))

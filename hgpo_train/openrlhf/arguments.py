@@ -60,7 +60,7 @@ def openrlhf_argv(
         "--ds.zero_stage",
         str(cluster.zero_stage),
         "--ds.param_dtype",
-        "bf16" if cluster.param_dtype == "fp32" else cluster.param_dtype,  # fp32: worker_setup.FP32_VAR
+        "bf16" if cluster.param_dtype == "fp32" else cluster.param_dtype,  # fp32: process_env.FP32_VAR
         "--ds.attn_implementation",
         cluster.attn_implementation,
         "--data.max_len",

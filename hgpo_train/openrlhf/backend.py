@@ -3,7 +3,7 @@
     python -m hgpo_train --backend openrlhf --config configs/openrlhf_alfworld_qwen2.5-1.5b_2gpu.yaml [key=value ...]
     python -m hgpo_train --backend openrlhf --config ... --dry-run   # print OpenRLHF's resolved arguments
 
-The command line and the config are the local backend's (:mod:`hgpo_train.__main__`); the
+The command line and the config are the local backend's (:mod:`hgpo_train.cli`); the
 ``openrlhf:`` section says where the run goes. Starts a local Ray cluster, or joins one with
 ``--ray-address`` (``ray start --head`` on the first node, ``ray start --address=HEAD:6379`` on
 the others), then runs OpenRLHF's launcher with the HGPO controller.
@@ -181,11 +181,11 @@ def cpu_head_problem(config: Config) -> str | None:
 
 def cpu_env_vars(cluster: OpenRLHFConfig) -> dict[str, str]:
     """The environment of every process of a CPU run, the driver's included."""
-    from hgpo_train.openrlhf import cpu, worker_setup
+    from hgpo_train.openrlhf import cpu, process_env
 
-    env_vars = {**cpu.ENV_VARS, worker_setup.DEVICE_VAR: "cpu"}
+    env_vars = {**cpu.ENV_VARS, process_env.DEVICE_VAR: "cpu"}
     if cluster.param_dtype == "fp32":
-        env_vars[worker_setup.FP32_VAR] = "1"
+        env_vars[process_env.FP32_VAR] = "1"
     return env_vars
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from hgpo_train.openrlhf.patching import patch_modules
-from hgpo_train.openrlhf.worker_setup import FP32_VAR
+from hgpo_train.openrlhf.process_env import FP32_VAR
 
 ENV_VARS = {
     "DS_ACCELERATOR": "cpu",  # DeepSpeed's CPU accelerator (gloo when oneCCL is absent)
@@ -222,7 +222,7 @@ class CPUWeightReceiver:
 
 def fp32_strategy(original_init: Any) -> Any:
     """``DeepspeedStrategy.__init__`` with ``args.ds.param_dtype`` fp32 where the run asks for it
-    (:data:`~hgpo_train.openrlhf.worker_setup.FP32_VAR`): its DeepSpeed configs then enable neither
+    (:data:`~hgpo_train.openrlhf.process_env.FP32_VAR`): its DeepSpeed configs then enable neither
     bf16 nor fp16, and the models it loads come in fp32 (:func:`fp32_dtype`). The driver makes the
     strategy every actor gets."""
 

@@ -18,7 +18,7 @@ import ray
 
 from hgpo_train.config import GenerationConfig
 from hgpo_train.generation import CHOICES_PROCESSOR, PromptEncoder, RequestGenerator, VLLMRequest
-from hgpo_train.openrlhf.worker_setup import FP32_VAR
+from hgpo_train.openrlhf.process_env import FP32_VAR
 
 
 def vllm_sampling_params(**kwargs: Any) -> Any:

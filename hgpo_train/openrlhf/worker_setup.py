@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import os
 
+from hgpo_train.openrlhf.process_env import DEVICE_VAR
+
 HOOK = "hgpo_train.openrlhf.worker_setup.setup"
-DEVICE_VAR = "HGPO_OPENRLHF_DEVICE"
-FP32_VAR = "HGPO_OPENRLHF_FP32"
-"""Set in a CPU run's processes when ``openrlhf.param_dtype`` is fp32: OpenRLHF's parser takes bf16
-or fp16 only, so the run is launched as bf16 and the CPU stand-ins make its models and engines fp32."""
 
 
 def setup() -> None:
