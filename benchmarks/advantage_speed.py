@@ -5,7 +5,8 @@
 HGPO is compared with a dict of clusters and numpy per cluster; GraphGPO with a loop written the
 way its recipe computes it, per task group (a dict graph, a breadth-first search from success,
 each trajectory's returns) and per step group; CRBC with a dense solve of each task group's
-closure in turn; all must agree with the vectorised ones (1e-9).
+closure in turn; all must agree with the vectorised ones (1e-9). MVPO is timed beside GiGPO, whose
+terms it contains (its worked cases are the tests').
 
 Synthetic batches shaped like the paper's: 16 task groups of 8 rollouts each, repeated (with
 new group ids) until --rows step rows. Each group walks a small random state graph from one
@@ -35,6 +36,7 @@ from hgpo_train.advantage import (
     graph_returns,
     grpo_advantages,
     hgpo_advantages,
+    mvpo_advantages,
     step_returns,
 )
 
@@ -47,7 +49,10 @@ def synthetic_batch(
 ) -> dict[str, np.ndarray]:
     """Columns group_id, traj_id, reward, invalid, fingerprints ((rows, levels+1) uint64),
     next_state (the level-0 key of the state each step led to), action_key (the branch taken; an
-    invalid step's is one key of its own) and won (the rollout reached the goal)."""
+    invalid step's is one key of its own), won (the rollout reached the goal) and MVPO's: the
+    signature (state and depth bin) and the five milestone triggers (state id mod 8 in 1..3 for the
+    first three, the goal, the step's invalid flag) of the observation each step acted on and of
+    the one it produced."""
     rng = np.random.default_rng(seed)
     batches = -(-rows // (GROUPS_PER_BATCH * ROLLOUTS_PER_GROUP * 10))  # enough at >= 10 steps a rollout
     n_groups = GROUPS_PER_BATCH * batches
@@ -80,6 +85,12 @@ def synthetic_batch(
     after[:, -1] = np.maximum(mix64(walk[:, -1].astype(np.uint64) + np.uint64(states + 1)), 1)
     step = np.arange(max_steps)
     mask = step[None, :] < length[:, None]
+    seen = np.concatenate([walk, walk[:, -1:]], axis=1)  # the observation after the last step: its state
+    signature = seen * 100 + 3 * (np.arange(max_steps + 1) // 3)
+    invalid_before = np.concatenate([np.zeros((n_rollouts, 1), bool), invalid], axis=1)
+    triggers = np.stack(
+        [seen % 8 == 1, seen % 8 == 2, seen % 8 == 3, seen == goal, invalid_before], axis=-1
+    ).astype(np.int8)
     reward = np.where(won[:, None] & (step[None, :] == length[:, None] - 1), 10.0, 0.0)
     cols = {
         "group_id": np.broadcast_to(group[:, None], mask.shape)[mask],
@@ -90,6 +101,10 @@ def synthetic_batch(
         "next_state": after[mask],
         "action_key": action[mask],
         "won": np.broadcast_to(won[:, None], mask.shape)[mask],
+        "signature": signature[:, :-1][mask],
+        "next_signature": signature[:, 1:][mask],
+        "triggers": triggers[:, :-1][mask],
+        "next_triggers": triggers[:, 1:][mask],
     }
     return {name: col[:rows] for name, col in cols.items()}
 
@@ -281,6 +296,11 @@ def main(argv: list[str] | None = None) -> int:
             action_keys=c["action_key"], won=c["won"],
         )  # fmt: skip
 
+    def mvpo_run() -> np.ndarray:
+        columns = ("won", "signature", "next_signature", "triggers", "next_triggers", "invalid")
+        keys = b["reward"], b["traj_id"], b["group_id"], b["fingerprints"]
+        return mvpo_advantages(*keys, *(b[c] for c in columns)).advantages
+
     runs = {
         "step_returns": lambda: step_returns(b["reward"], b["traj_id"], invalid=b["invalid"]),
         "grpo_advantages": lambda: grpo_advantages(scores, b["group_id"], args.mode),
@@ -307,6 +327,7 @@ def main(argv: list[str] | None = None) -> int:
             b["next_state"],
         ),
         "crbc": crbc_run(b),
+        "mvpo": mvpo_run,
     }
     print(f"{'':>18}  {'wall':>8}  {'cpu':>8}")
     for name, run in runs.items():
