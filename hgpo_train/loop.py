@@ -127,7 +127,10 @@ def run_iterations(
         logger.log(0, backend.evaluate(0))
     if start > 0 and start not in logger.logged:
         metrics = restored_metrics(logger, start)
-        finish(start, metrics, backend.stop_requested())
+        stop = backend.stop_requested()
+        finish(start, metrics, stop)
+        if stop:  # a stop asked for while the run started: the checkpoint is there
+            raise StopRequested(start)
     for iteration in range(start, iterations):
         began = time.perf_counter()
         try:
