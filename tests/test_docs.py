@@ -169,7 +169,7 @@ def test_shell_command_names_what_exists(where: str, argv: list[str]):
     if not argv or Path(argv[0]).name != "python":  # python, or a virtual environment's
         return
     if argv[1:3] == ["-m", "hgpo_train"]:
-        from hgpo_train.__main__ import main
+        from hgpo_train.cli import main
 
         assert main([*argv[3:], "--print-config"]) == 0, where
         return

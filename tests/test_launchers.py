@@ -19,7 +19,7 @@ import pytest
 import yaml
 from openrlhf_runs import load_run
 
-from hgpo_train.__main__ import main
+from hgpo_train.cli import main
 from hgpo_train.openrlhf.backend import required_gpus
 
 REPO = Path(__file__).resolve().parents[1]

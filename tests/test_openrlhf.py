@@ -24,9 +24,9 @@ from openrlhf_runs import load_run
 from reference_credit import batch_reference_advantages
 from test_train_e2e import assert_estimator_matters
 
-from hgpo_train.__main__ import main
 from hgpo_train.advantage import ESTIMATORS, AdvantageConfig
 from hgpo_train.batch import Episodes, StepBatch
+from hgpo_train.cli import main
 from hgpo_train.config import ConfigError
 from hgpo_train.openrlhf.padding import pad_multiple, padded_size, padding_sources
 from hgpo_train.openrlhf.stubs import stubbed_gpu_packages
@@ -641,7 +641,7 @@ def test_a_python_without_the_stack_names_the_setup_script() -> None:
     import sys
 
     code = (
-        "import sys; sys.modules['gymnasium'] = None; from hgpo_train.__main__ import main; "
+        "import sys; sys.modules['gymnasium'] = None; from hgpo_train.cli import main; "
         "sys.exit(main(['--backend', 'openrlhf', '--config', 'configs/openrlhf_rooms_cpu.yaml']))"
     )
     proc = subprocess.run(

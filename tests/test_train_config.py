@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hgpo_train.__main__ import build_parser, main
+from hgpo_train.cli import build_parser, main
 from hgpo_train.config import Config, ConfigError, load_config
 from hgpo_train.config_keys import describe_options
 from hgpo_train.resume import config_changes

@@ -329,7 +329,7 @@ def test_a_kill_leaves_only_complete_checkpoints_and_trimmed_metrics(tmp_path):
 def test_a_third_party_preset_trains_by_id(tmp_path):
     """HGPO-TextWorldExpress-v0 (Java engine) from its config: one checked iteration, then the
     command line for two iterations with evaluation."""
-    from hgpo_train.__main__ import main
+    from hgpo_train.cli import main
 
     config = "configs/textworld_express_coin_demo.yaml"
     small = TINY + ["env.max_steps=6", "eval.tasks=[0,1]", "train.eval_every=2"]

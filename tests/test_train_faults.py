@@ -23,7 +23,6 @@ import pytest
 import yaml
 
 from hgpo_env.vector import GroupMismatchError, PoolError
-from hgpo_train.__main__ import main
 from hgpo_train.checkpoint import (
     CheckpointError,
     kept_iterations,
@@ -31,6 +30,7 @@ from hgpo_train.checkpoint import (
     load_training_state,
     save_checkpoint,
 )
+from hgpo_train.cli import main
 from hgpo_train.config import ConfigError, load_config
 from hgpo_train.provenance import RUN_INFO, config_hash
 from hgpo_train.stopping import StopRequested, request_stop

@@ -17,7 +17,7 @@ import torch
 from conftest import REPO
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from hgpo_train.__main__ import main
+from hgpo_train.cli import main
 from hgpo_train.config import GenerationConfig
 from hgpo_train.constrained import choices_regex
 from hgpo_train.generation import VLLMGenerator
