@@ -713,6 +713,34 @@ def test_resuming_on_another_number_of_ranks_converts_the_checkpoint_once(
     assert len(converted) == 1
 
 
+def test_a_checkpoint_not_every_rank_finished_is_passed_over(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """DeepSpeed's rank 0 writes ``latest`` once its own part is written: a kill before the other
+    ranks' parts leaves ``latest`` naming a cut checkpoint. The trainer marks each checkpoint once
+    every rank is done; the resume takes the newest marked one and says so. One rank's checkpoint,
+    and folders saved before the marker existed, are trusted as ``latest`` names them."""
+    from hgpo_train.openrlhf import resume
+
+    actor_dir = tmp_path / "_actor"
+    fake_checkpoint(actor_dir, "global_step2", 2)
+    assert resume.complete_tag(actor_dir) == "global_step2"  # nothing marked: as before
+    (actor_dir / "global_step2" / resume.COMPLETE).touch()
+    fake_checkpoint(actor_dir, "global_step3", 2)  # latest now names it, unmarked
+    assert resume.resume_args(actor_dir, 2) == []
+    said = capsys.readouterr().err
+    assert (
+        "global_step3 was cut short (not every policy rank finished writing it): resuming from global_step2"
+        in said
+    )
+    assert "(iteration 2)" in said and (actor_dir / "latest").read_text() == "global_step2"
+    single = tmp_path / "single"
+    fake_checkpoint(single, "global_step1", 1)
+    (single / "global_step1" / resume.COMPLETE).touch()
+    fake_checkpoint(single, "global_step2", 1)  # one rank: no window, latest is trusted
+    assert resume.complete_tag(single) == "global_step2"
+
+
 def test_a_latest_pointer_to_a_missing_checkpoint_is_one_line(tmp_path: Path) -> None:
     from hgpo_train.openrlhf.resume import resume_args
 

@@ -15,10 +15,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hgpo_train import durable
 from hgpo_train.config import ConfigError
 
 UNIVERSAL_SUFFIX = "_universal"
 UNIVERSAL_FLAG = "--ds.use_universal_ckpt"
+COMPLETE = "hgpo_complete"
+"""Written into a checkpoint's folder once every policy rank has written its part. DeepSpeed's
+rank 0 writes ``latest`` when its own part is done, so with several ranks a kill can leave
+``latest`` naming a checkpoint whose other shards are cut."""
 
 
 def latest_tag(actor_dir: Path) -> str | None:
@@ -26,6 +31,27 @@ def latest_tag(actor_dir: Path) -> str | None:
     latest = actor_dir / "latest"
     tag = latest.read_text().strip() if latest.is_file() else ""
     return tag or None
+
+
+def complete_tag(actor_dir: Path) -> str | None:
+    """The checkpoint to resume from: ``latest``'s, unless several ranks saved it and it lacks the
+    :data:`COMPLETE` marker while an older one has it; then that older one, written into
+    ``latest`` (atomically) and said on stderr. Folders saved before markers existed are trusted."""
+    tag = latest_tag(actor_dir)
+    if tag is None or saved_ranks(actor_dir / tag) <= 1 or (actor_dir / tag / COMPLETE).is_file():
+        return tag
+    marked = [p.name for p in actor_dir.glob("global_step*") if (p / COMPLETE).is_file()]
+    if not marked:
+        return tag
+    newest = max(marked, key=tag_iteration)
+    print(
+        f"{actor_dir / tag} was cut short (not every policy rank finished writing it): resuming from "
+        f"{newest} instead",
+        file=sys.stderr,
+        flush=True,
+    )
+    durable.write_text(actor_dir / "latest", newest)
+    return newest
 
 
 def tag_iteration(tag: str) -> int:
@@ -41,7 +67,7 @@ def saved_ranks(folder: Path) -> int:
 def resume_args(actor_dir: Path, dp_size: int) -> list[str]:
     """OpenRLHF flags to resume the latest checkpoint with ``dp_size`` ranks, converting it first
     when it was saved by another number of ranks. Says on stderr what it resumes from."""
-    tag = latest_tag(actor_dir)
+    tag = complete_tag(actor_dir)
     if tag is None:
         return []
     if not any((actor_dir / tag).glob("mp_rank_*_model_states.pt")):

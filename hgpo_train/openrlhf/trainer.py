@@ -37,6 +37,7 @@ from openrlhf.trainer.ray.vllm_engine import batch_vllm_engine_call
 from openrlhf.utils.utils import get_tokenizer
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from hgpo_train import durable
 from hgpo_train.batch import StepBatch
 from hgpo_train.checkpoint import kept_iterations
 from hgpo_train.config import Config, OpenRLHFConfig
@@ -47,7 +48,7 @@ from hgpo_train.openrlhf.engines import EngineGenerator
 from hgpo_train.openrlhf.experience_maker import StepAdvantageMaker
 from hgpo_train.openrlhf.gap import gap_metrics, policy_logprobs, probe_rows, score_on_engines
 from hgpo_train.openrlhf.padding import pad_multiple
-from hgpo_train.openrlhf.resume import tag_iteration
+from hgpo_train.openrlhf.resume import COMPLETE, tag_iteration
 from hgpo_train.openrlhf.samples import SampleLayout, step_experiences
 from hgpo_train.rollout import collect_with_retries, count_tasks, make_pool, progress_lines
 from hgpo_train.stopping import RolloutStopped, stop_requested
@@ -185,6 +186,8 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         self.saving: list[Any] = []
         """The Ray refs of the checkpoint being written (the policy actors write it while the
         engines sample the next rollout; Ray runs an actor's calls in order)."""
+        self.saving_tag = ""
+        """The tag of that checkpoint (``global_stepN``)."""
         self.constraints = start_store() if config.generation.constrained else None
         self.measure_gap = config.generation.temperature == 1.0
         if not self.measure_gap:
@@ -312,17 +315,21 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
             "total_consumed_prompts": 0,
             "data_loader_state_dict": {},
         }
+        self.saving_tag = f"global_step{iteration}"
         self.saving = self.actor_model_group.async_run_method(
-            method_name="save_checkpoint", tag=f"global_step{iteration}", client_states=states
+            method_name="save_checkpoint", tag=self.saving_tag, client_states=states
         )
 
     def wait_for_save(self) -> None:
-        """Wait for the checkpoint being written, then remove those :func:`kept_iterations` does not keep."""
+        """Wait for the checkpoint being written on every rank, mark it complete
+        (:data:`~hgpo_train.openrlhf.resume.COMPLETE`), then remove those :func:`kept_iterations`
+        does not keep."""
         if not self.saving:
             return
         ray.get(self.saving)
         self.saving = []
         actor_dir = Path(self.args.ckpt.path) / "_actor"
+        durable.write_text(actor_dir / self.saving_tag / COMPLETE, "every policy rank wrote its part\n")
         tags = {p: tag_iteration(p.name) for p in actor_dir.glob("global_step*") if p.is_dir()}
         kept = kept_iterations(
             set(tags.values()), self.config.train.keep_checkpoints, self.config.train.save_every
