@@ -2,12 +2,12 @@
 
 The command is read from the README (``.venv-openrlhf/bin/python`` is this interpreter) and run
 in a scratch working directory whose ``configs`` is the repository's, so its run folder
-(``runs/openrlhf_rooms_cpu``, the tiny model built into it) lands there. The driver alone is
-SIGKILLed once DeepSpeed has written the checkpoint of iteration 1: everything it started (its
-Ray cluster, the actors, vLLM's engine core and workers) must be gone within seconds, without
-anyone else stopping it. The next run is SIGKILLed with its whole process group a few seconds
-after its first checkpoint. The same command then says it resumes, trains the remaining
-iterations, and ``metrics.jsonl`` has each iteration once, evaluations included.
+(``runs/openrlhf_rooms_cpu``, the tiny model built into it) lands there. Its process group is
+SIGKILLed during start-up; then the driver alone once DeepSpeed has written the checkpoint of
+iteration 1: everything it started (its Ray cluster, the actors, vLLM's engine core and workers)
+must be gone within seconds, without anyone else stopping it; then the next run's whole process
+group a few seconds after its first checkpoint. The same command then says it resumes, trains the
+remaining iterations, and ``metrics.jsonl`` has each iteration once, evaluations included.
 """
 
 from __future__ import annotations
@@ -61,13 +61,18 @@ def command_line(process: psutil.Process) -> str:
 
 
 def test_readme_command_killed_and_run_again_resumes(ray_tmp: str, tmp_path: Path) -> None:
-    """Killed twice, then run to the end: the driver alone once the first checkpoint is written
-    (what it started must go too), then its whole process group a few seconds after the next
-    run's first checkpoint. The last run resumes and every iteration is in the record once."""
+    """Killed three times, then run to the end: its whole process group while Ray and the actors
+    start, the driver alone once the first checkpoint is written (what it started must go too),
+    then the whole process group a few seconds after the next run's first checkpoint. The last run
+    resumes and every iteration is in the record once."""
     (tmp_path / "configs").symlink_to(REPO / "configs")
     out = tmp_path / yaml.safe_load(CPU_CONFIG.read_text())["train"]["output_dir"]
     env = {**os.environ, "RAY_TMPDIR": ray_tmp}
     latest = out / "checkpoints" / "openrlhf" / "_actor" / "latest"
+    # start-up: the console is set up (driver.log), then Ray, the engines and the actors start
+    assert kill_group_after(
+        readme_command(), tmp_path, env, tmp_path / "startup.log", out / "driver.log", 5.0
+    )
     with open(tmp_path / "first.log", "w") as log:
         first = subprocess.Popen(
             readme_command(), cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT
