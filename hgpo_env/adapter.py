@@ -14,11 +14,12 @@ A *source* names where a value is read: an ``info`` key (a str), a callable taki
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 from hgpo_env.core import TextEnv, Transition
+from hgpo_env.milestones import Progress, check_names
 from hgpo_env.rng import IsolatedRNG
 
 UNBOUNDED_TASKS = 2**31
@@ -136,6 +137,13 @@ class TextEnvSpec:
     None: the command itself."""
     close: Callable[[Any], None] | None = None
     """How to release the env. None: its ``close()`` if it has one."""
+    progress: Callable[[Raw], tuple[str, Sequence[bool]]] | None = None
+    """The env's milestones (:mod:`hgpo_env.milestones`), read from each answer: ``(place, flags)``,
+    the kind of place the answer shows (no counters: equal places must compare equal) and four
+    flags, three kinds of progress then success, named by ``milestones``; the adapter adds the
+    fifth, an invalid step. None: the env reports no milestones."""
+    milestones: tuple[str, ...] = ()
+    """The names of ``progress``'s four flags."""
 
 
 class TextAdapter(TextEnv):
@@ -183,6 +191,8 @@ class TextAdapter(TextEnv):
         self.env_family = spec.family
         self.prompt_intro = spec.intro
         self.free_form = spec.admissible is None
+        if spec.progress is not None:
+            self.milestones = check_names((*spec.milestones, "invalid"))
         self.check_admissible = spec.check_admissible and not self.free_form
         super().__init__(
             max_steps=max_steps,
@@ -264,6 +274,17 @@ class TextAdapter(TextEnv):
     @property
     def task_type(self) -> str | None:
         return None if self.text_spec.task_type is None else _read(self.text_spec.task_type, self._raw)
+
+    def progress(self, reward: float, action_valid: bool) -> Progress | None:
+        if self.text_spec.progress is None:
+            return None
+        place, flags = self.text_spec.progress(self._raw)
+        if len(flags) != len(self.milestones) - 1:
+            raise ValueError(
+                f"{self.env_family}: TextEnvSpec.progress must return {len(self.milestones) - 1} flags "
+                f"({self.milestones[:-1]}), got {len(flags)}"
+            )
+        return Progress(str(place), (*map(bool, flags), not action_valid))
 
     def task_identity(self) -> str | bytes:
         if self.text_spec.task_key is None:

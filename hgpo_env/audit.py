@@ -6,7 +6,8 @@ measures, per context level k, how often a (key, action) led to another next sta
 history (*aliasing*, :func:`hgpo_env.transitions.aliased_visits`), with a 95 % bootstrap interval
 over task groups and an example in text; at level 0 how the group's rollouts meet (*merging*); and
 whether each group's members started one task. The verdict says which estimators the key supports
-and what to change where it aliases.
+and what to change where it aliases. For an env with milestones (:mod:`hgpo_env.milestones`) it
+also says how often each fires: in how many episodes, and on how many observations.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import gymnasium as gym
 import numpy as np
 
 from hgpo_env.check import group_start_problem, policy_command
+from hgpo_env.milestones import MILESTONES_KEY
 from hgpo_env.transitions import aliased_visits, history_keys, merging
 
 Policy = Literal["random", "expert"]
@@ -71,6 +73,9 @@ class AuditReport:
     visits reach the key at one step / through the transitions) and ``all_rollouts_k0`` /
     ``all_rollouts_closure`` (the share of them every rollout reaches)."""
     task_group_problems: list[str] = field(default_factory=list)
+    milestones: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per milestone of the env (none: the env has none), ``episodes``: the share of episodes
+    that reached it, ``observations``: the share of observations (resets included) that report it."""
     verdict: str = ""
 
     def to_json(self) -> dict[str, Any]:
@@ -104,6 +109,12 @@ class AuditReport:
                 lines.append(
                     f"  after {' > '.join(side['history']) or '(start)'}: -> {_short(side['successor'])!r}"
                 )
+        if self.milestones:
+            lines.append("milestone     episodes  observations")
+            lines += [
+                f"{name:<12}  {share['episodes']:8.3f}  {share['observations']:12.3f}"
+                for name, share in self.milestones.items()
+            ]
         lines += [f"TASK GROUP PROBLEM: {problem}" for problem in self.task_group_problems]
         lines.append(f"verdict: {self.verdict}")
         return "\n".join(lines)
@@ -127,6 +138,10 @@ class _Visits:
     command: list[str] = field(default_factory=list)
     next_text: list[str] = field(default_factory=list)
     past: list[tuple[str, ...]] = field(default_factory=list)
+    flags: list[tuple[int, ...]] = field(default_factory=list)
+    """Per observation (resets included) of an env with milestones, its flags."""
+    reached: list[tuple[bool, ...]] = field(default_factory=list)
+    """Per episode of such an env, the milestones any of its observations reported."""
 
 
 def _play_episode(
@@ -145,7 +160,7 @@ def _play_episode(
         raise AuditError(
             f"the env could not reset (task {task_id}): {type(error).__name__}: {error}"
         ) from None
-    reset_info, past = info, ()
+    reset_info, past, flags = info, (), [info.get(MILESTONES_KEY)]
     for step in range(max_steps):
         if not info.get("admissible_actions"):
             raise AuditError(
@@ -164,8 +179,12 @@ def _play_episode(
         visits.next_state.append(int(info["fingerprints"][0]))
         visits.next_text.append(str(info.get("state_text", "")))
         past = (*past, command)
+        flags.append(info.get(MILESTONES_KEY))
         if terminated or truncated:
             break
+    if flags[0] is not None:
+        visits.flags += flags
+        visits.reached.append(tuple(np.any(flags, axis=0)))
     return reset_info
 
 
@@ -227,6 +246,13 @@ def audit_env(
         env.close()
     report.steps = len(visits.group)
     _measure(report, visits, np.random.default_rng(seed))
+    if visits.flags:
+        names = getattr(env.unwrapped, "milestones", ()) or [f"m{m + 1}" for m in range(len(visits.flags[0]))]
+        observed, reached = np.mean(visits.flags, axis=0), np.mean(visits.reached, axis=0)
+        report.milestones = {
+            name: {"episodes": float(reached[m]), "observations": float(observed[m])}
+            for m, name in enumerate(names)
+        }
     return report
 
 

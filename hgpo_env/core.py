@@ -16,6 +16,7 @@ import gymnasium as gym
 import numpy as np
 
 from hgpo_env.fingerprint import canonical_text, task_key
+from hgpo_env.milestones import Progress, progress_info
 from hgpo_env.protocol import check_protocol
 
 
@@ -69,6 +70,9 @@ class TextEnv(gym.Env[str, str], abc.ABC):
     """Whether commands outside ``admissible_actions`` are rejected before reaching the world."""
     free_form: ClassVar[bool] = False
     """True for worlds without a list of admissible commands: prompts then ask for any command."""
+    milestones: ClassVar[tuple[str, ...]] = ()
+    """Names of the five milestone flags :meth:`progress` reports (:mod:`hgpo_env.milestones`);
+    empty for an env without milestones."""
 
     def __init__(
         self,
@@ -150,6 +154,11 @@ class TextEnv(gym.Env[str, str], abc.ABC):
         """Text that identifies the state for grouping; by default the observation."""
         return self.observation
 
+    def progress(self, reward: float, action_valid: bool) -> Progress | None:
+        """The current observation's place and milestone flags (:mod:`hgpo_env.milestones`), given
+        the reward and validity of the step that produced it; None where the env has none."""
+        return None
+
     def task_identity(self) -> str | bytes:
         """What identifies the task just started, hidden configuration included; hashed into
         ``info["task_key"]``. By default the task id, the task text and the first ``state_text``:
@@ -181,7 +190,7 @@ class TextEnv(gym.Env[str, str], abc.ABC):
         self._task_key = task_key(self.env_family, self.task_identity())
         self._started = True
         self._episode_over = False
-        return self.observation, self._info(action_valid=True)
+        return self.observation, self._reported(0.0, action_valid=True)
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if not self._started:
@@ -203,7 +212,8 @@ class TextEnv(gym.Env[str, str], abc.ABC):
         terminated = self.done
         truncated = not terminated and (outcome.truncated or self.elapsed_steps >= self.max_steps)
         self._episode_over = terminated or truncated
-        return self.observation, outcome.reward, terminated, truncated, self._info(outcome.accepted)
+        info = self._reported(outcome.reward, outcome.accepted)
+        return self.observation, outcome.reward, terminated, truncated, info
 
     def render(self) -> str | None:
         text = f"Task: {self.task}\n{self.observation}" if self._started else ""
@@ -225,6 +235,14 @@ class TextEnv(gym.Env[str, str], abc.ABC):
             self._keyed_actions = list(admissible)
             self._admissible_by_key = {canonical_text(a).casefold(): a for a in admissible}
         return self._admissible_by_key.get(command.casefold())
+
+    def _reported(self, reward: float, action_valid: bool) -> dict[str, Any]:
+        """The step's (or reset's) ``info``: :meth:`_info`, and the milestones where the env has them."""
+        info = self._info(action_valid)
+        progress = self.progress(reward, action_valid)
+        if progress is not None:
+            info.update(progress_info(progress, self.elapsed_steps))
+        return info
 
     def _info(self, action_valid: bool) -> dict[str, Any]:
         """The :class:`~hgpo_env.info.EnvInfo` keys, and ``task_id``."""

@@ -17,6 +17,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 import hgpo_env  # noqa: F401  (registers the ids)
+from hgpo_env.milestones import MILESTONES_KEY, SIGNATURE_KEY
 from hgpo_env.serve.client import HGPOEnvClient, RemoteEnv
 from hgpo_env.serve.wire import HGPOAction
 from hgpo_env.vector import GroupedEnvPool, PoolError
@@ -100,7 +101,9 @@ def test_remote_env_matches_gym_make_including_info(rooms_server):
         )
         for _ in range(6):
             response = f"<action>{local.unwrapped.expert_action()}</action>"
-            assert remote.step(response) == local.step(response)
+            answer = remote.step(response)
+            assert answer == local.step(response)
+            assert isinstance(answer[-1][MILESTONES_KEY], tuple) and SIGNATURE_KEY in answer[-1]
     finally:
         remote.close()
 

@@ -18,6 +18,7 @@ from openenv.core.env_server.types import Action, Observation
 from pydantic import Field
 
 from hgpo_env.info import RESET_KEYS
+from hgpo_env.milestones import MILESTONES_KEY
 
 MAX_RESPONSE_CHARS = 1_000_000
 """Longest response a server steps with; a longer one gets an error reply (not echoed back)."""
@@ -72,11 +73,13 @@ def info_to_wire(info: dict[str, Any], terminated: bool, truncated: bool) -> dic
 
 
 def info_from_wire(metadata: dict[str, Any]) -> tuple[dict[str, Any], bool, bool]:
-    """The ``info`` dict a local env would have given (fingerprints as ints again), and
-    ``terminated`` and ``truncated``."""
+    """The ``info`` dict a local env would have given (fingerprints as ints again, milestones a
+    tuple), and ``terminated`` and ``truncated``."""
     info = dict(metadata)
     terminated, truncated = bool(info.pop("terminated", False)), bool(info.pop("truncated", False))
     info["fingerprints"] = tuple(int(key) for key in info["fingerprints"])
+    if MILESTONES_KEY in info:
+        info[MILESTONES_KEY] = tuple(info[MILESTONES_KEY])
     for key in _INTEGER_KEYS:
         if key in info:
             info[key] = int(info[key])

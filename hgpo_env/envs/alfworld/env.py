@@ -32,7 +32,9 @@ from hgpo_env.envs.alfworld.compiled import CompileCache, GameSource
 from hgpo_env.envs.alfworld.engine import Engine
 from hgpo_env.envs.alfworld.games import SPLITS, GameDataError, GameRecord, list_games
 from hgpo_env.envs.alfworld.locate import locate
+from hgpo_env.envs.alfworld.progress import MILESTONES, progress, target_object
 from hgpo_env.envs.alfworld.tracker import HouseholdNotes
+from hgpo_env.milestones import Progress
 
 TASK_PREFIX = "Your task is to:"
 HIDDEN_COMMANDS = frozenset({"help"})
@@ -65,8 +67,11 @@ class ALFWorldEnv(TextEnv):
 
     ``info`` adds ``data_source`` (``"official"`` or ``"generated"``), ``game_file`` and
     ``game_id`` (the game file relative to the data root, the same on every machine: served envs
-    send it instead of the path) to the contract's keys.
+    send it instead of the path) to the contract's keys, and the milestones
+    (:mod:`.progress`, read from the engine's own text).
     """
+
+    milestones = MILESTONES
 
     env_family = "alfworld"
     prompt_intro = (
@@ -108,6 +113,9 @@ class ALFWorldEnv(TextEnv):
         self._task_type: str | None = None
         self._state_text = ""
         self._problem = ""
+        self._target = ""
+        self._answer = ""
+        """The engine's last text (the room description at the start), without GraphGPO's notes."""
         self.walkthrough: list[str] = []
         """The current game's recorded winning commands (empty when the file has none)."""
         self._plan_step: int | None = 0
@@ -131,11 +139,13 @@ class ALFWorldEnv(TextEnv):
                 GameSource(data["pddl_domain"], data["grammar"], data["pddl_problem"])
             )
             self._task, self._state_text = split_opening(opening)
+            self._answer = self._state_text
         except Exception as error:  # a broken grammar or PDDL problem: say which file
             raise GameDataError(
                 f"{record.path}: cannot load the game ({type(error).__name__}: {error})"
             ) from error
         self._task_type = record.task_type
+        self._target = target_object(record.path, self._task)
         self._problem = data["pddl_problem"]
         self.walkthrough = list(data.get("walkthrough") or [])
         self._plan_step = 0
@@ -150,12 +160,15 @@ class ALFWorldEnv(TextEnv):
         if self._plan_step is not None:
             on_plan = self._plan_step < len(self.walkthrough) and command == self.walkthrough[self._plan_step]
             self._plan_step = self._plan_step + 1 if on_plan else None
-        answer = self._engine.step(command)
+        answer = self._answer = self._engine.step(command)
         if self._notes is not None:
             self._notes.update(command, answer)
             answer = self._annotate(answer)
         self._state_text = answer
         return answer
+
+    def progress(self, reward: float, action_valid: bool) -> Progress:
+        return progress(self._answer, self._target, reward, action_valid, start=self.elapsed_steps == 0)
 
     def task_identity(self) -> str:
         """The game's PDDL problem (its objects, their places and the goal) and the task text."""

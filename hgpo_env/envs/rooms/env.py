@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from hgpo_env.core import TextEnv
 from hgpo_env.envs.rooms.world import DIRECTIONS, Difficulty, Task, generate_task
+from hgpo_env.milestones import Progress
 
 CARRIED = -1
 HELD_OUT_TASKS = 10_000
@@ -28,9 +29,14 @@ class RoomsEnv(TextEnv):
     :class:`~hgpo_env.envs.rooms.world.Difficulty`. ``show_carried`` ends every room description
     with what the agent carries, so equal observations no longer hide different inventories (a
     control for studies of context inconsistency).
+
+    Milestones (:mod:`hgpo_env.milestones`): the task's key seen, the key held, its door unlocked,
+    the goal room reached with a goal item, an invalid step (the first three never fire on a task
+    without a locked door). A place is ``room|carried`` (the carried items, sorted).
     """
 
     env_family = "rooms"
+    milestones = ("key_seen", "key_held", "door_opened", "goal_room", "invalid")
     prompt_intro = (
         "You are an agent in a house of connected rooms. You can walk between rooms, take and drop "
         "items, and unlock doors with the right key. What you carry is not shown in room "
@@ -114,6 +120,18 @@ class RoomsEnv(TextEnv):
     def won(self) -> bool:
         task = self.task_spec
         return all(self.positions[item] == task.goal_room for item in task.goal_items)
+
+    def progress(self, reward: float, action_valid: bool) -> Progress:
+        task = self.task_spec
+        carried = self._carried()
+        flags = (
+            task.key is not None and (task.key in self._here() or task.key in carried),
+            task.key in carried,
+            task.lock is not None and self.unlocked,
+            self.room == task.goal_room and any(item in carried for item in task.goal_items),
+            not action_valid,
+        )
+        return Progress(f"{task.rooms[self.room]}|{'+'.join(sorted(carried)) or 'none'}", flags)
 
     def _carried(self) -> list[str]:
         return [item for item, where in self.positions.items() if where == CARRIED]

@@ -25,6 +25,7 @@ from typing import Any
 from hgpo_env.core import TextEnv
 from hgpo_env.envs.webshop.goals import SPLITS, VERL_AGENT_SPLITS, Goal, shuffled_goals, split_goals
 from hgpo_env.envs.webshop.nouns import learn_catalog
+from hgpo_env.envs.webshop.progress import MILESTONES, progress
 from hgpo_env.envs.webshop.reward import REWARDS, ScoreDetails, score_purchase
 from hgpo_env.envs.webshop.search import engine_for
 from hgpo_env.envs.webshop.site import (
@@ -40,6 +41,7 @@ from hgpo_env.envs.webshop.site import (
 )
 from hgpo_env.envs.webshop.sources import SMALL, load_catalog
 from hgpo_env.fingerprint import canonical_text
+from hgpo_env.milestones import Progress
 
 SEARCH_PLACEHOLDER = "search[<your query>]"
 MAX_COMMAND_CHARS = 512
@@ -74,10 +76,12 @@ class WebShopEnv(TextEnv):
 
     ``protocol="verl-agent"`` (the papers' rules, :mod:`hgpo_env.protocol`) also takes the papers'
     split (``"test"``: goals 0-499, ``"train"``: 500 onwards) and, as the original text env does,
-    accepts a search with a non-empty query on any page.
+    accepts a search with a non-empty query on any page. ``info`` reports the milestones
+    (:mod:`~hgpo_env.envs.webshop.progress`: the page types reached).
     """
 
     env_family = "webshop"
+    milestones = MILESTONES
     prompt_intro = (
         "You are an expert autonomous agent shopping in WebShop, an online store. Pages list their "
         "text separated by [SEP]. Use search[keywords] on the search page and click[label] to press "
@@ -211,6 +215,9 @@ class WebShopEnv(TextEnv):
         observation, self._state_text = self.site.render(self.session, self.goal.instruction_text, self.score)
         self._clickables = self.site.clickables(self.session)
         return observation
+
+    def progress(self, reward: float, action_valid: bool) -> Progress:
+        return progress(self.session.page, self.observation, reward, action_valid)
 
     def _info(self, action_valid: bool) -> dict[str, Any]:
         info = super()._info(action_valid)
