@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from hgpo_train.advantage import AdvantageConfig, Rows, StepCredit, credit_rows
+from hgpo_train.advantage import AdvantageConfig, ProgressColumns, Rows, StepCredit, credit_rows
 from hgpo_train.constrained import Choices
 
 
@@ -94,6 +94,8 @@ class StepBatch:
     """Per row, the choices (token sequences, slot templates) a constrained response was chosen
     from (None: unconstrained)."""
     episodes: Episodes
+    progress: ProgressColumns | None = None
+    """The milestones of each step's observations, where the env reports them (MVPO reads them)."""
     old_logprobs: list[np.ndarray] | None = None
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -133,12 +135,14 @@ class StepBatch:
             self.next_state,
             self.action_key,
             self.outcome == "won",
+            self.progress,
         )
 
-    def credit(self, config: AdvantageConfig) -> StepCredit:
+    def credit(self, config: AdvantageConfig, state: dict[str, Any] | None = None) -> StepCredit:
         """The step credit (advantages, and the values they were made from) of these rows under
-        ``config``: the one path from a batch to advantages, for every trainer."""
-        return credit_rows(self.rows, config)
+        ``config``, with what the estimator carried from the last iteration (``state``): the one
+        path from a batch to advantages, for every trainer."""
+        return credit_rows(self.rows, config, state)
 
     @property
     def response_lengths(self) -> np.ndarray:

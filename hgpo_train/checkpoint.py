@@ -1,7 +1,8 @@
 """Checkpoints that survive a kill: written to a temporary folder, then renamed into place.
 
 A checkpoint folder ``checkpoints/iter_000010`` holds the model (full weights, or only the LoRA
-adapters), the optimizer state, the RNG states, the iteration count and the resolved config.
+adapters), the optimizer state, the RNG states, the iteration count, what the advantage estimator
+carries across iterations (MVPO's weights and success EMA) and the resolved config.
 Only complete checkpoints ever carry the ``iter_`` name, so the latest one is always loadable;
 what a kill leaves behind (a ``.tmp-*`` folder, one checkpoint over ``keep``) is swept away by
 :func:`tidy_checkpoints` when the run starts again. Every iteration is checkpointed (so a kill
@@ -68,9 +69,11 @@ def save_checkpoint(
     keep: int,
     save_every: int,
     rng: dict[str, Any] | None = None,
+    advantage_state: dict[str, Any] | None = None,
 ) -> Path:
     """Save after ``iteration`` completed iterations (``rng``: the generators' states then, default
-    now); keep what :func:`kept_iterations` says."""
+    now; ``advantage_state``: what the estimator carries to the next iteration); keep what
+    :func:`kept_iterations` says."""
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"{PREFIX}{iteration:06d}"
@@ -80,7 +83,8 @@ def save_checkpoint(
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save(rng if rng is not None else rng_states(), tmp / "rng.pt")
         (tmp / "config.yaml").write_text(config_yaml)
-        (tmp / "state.json").write_text(json.dumps({"iteration": iteration}))
+        state = {"iteration": iteration, "advantage_state": advantage_state}
+        (tmp / "state.json").write_text(json.dumps(state))
         durable.sync_tree(tmp)  # the files on disk before the name that says they are complete
         if final.exists():  # a re-run of the same iteration after a resume replaces it
             discard(final)
@@ -209,6 +213,12 @@ def checkpoint_number(path: Path) -> int:
 
 def checkpoint_iteration(path: Path) -> int:
     return int(json.loads((path / "state.json").read_text())["iteration"])
+
+
+def checkpoint_advantage_state(path: Path) -> dict[str, Any] | None:
+    """What the estimator carried into the iteration after the checkpoint (None: nothing, or a
+    checkpoint from before estimators carried state)."""
+    return json.loads((path / "state.json").read_text()).get("advantage_state")
 
 
 def load_training_state(path: Path, optimizer: torch.optim.Optimizer) -> int:

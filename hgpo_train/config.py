@@ -36,7 +36,7 @@ from pydantic import (
 
 from hgpo_env.memory import DEFAULT_HISTORY_LENGTH
 from hgpo_train import config_keys
-from hgpo_train.advantage import AdvantageConfig, CRBCSettings
+from hgpo_train.advantage import AdvantageConfig, CRBCSettings, MVPOSettings
 from hgpo_train.config_keys import CommaList, ConfigError
 
 ENV_IDS = {"rooms": "HGPO-Rooms-v0", "alfworld": "HGPO-ALFWorld-v0", "webshop": "HGPO-WebShop-v0"}
@@ -52,6 +52,7 @@ class Section(BaseModel):
 
 AdvantageConfig.__pydantic_config__ = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 CRBCSettings.__pydantic_config__ = AdvantageConfig.__pydantic_config__
+MVPOSettings.__pydantic_config__ = AdvantageConfig.__pydantic_config__
 """The estimator's settings stay plain dataclasses (``hgpo_train.advantage`` needs no pydantic);
 pydantic validates them in place, with the same rules."""
 

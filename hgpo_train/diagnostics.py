@@ -18,6 +18,7 @@ from hgpo_env.transitions import aliased_visits, history_keys, merging
 from hgpo_train.advantage import (
     AdvantageConfig,
     Mode,
+    MVPOCredit,
     StepCredit,
     as_fingerprints,
     hgpo_level_items,
@@ -25,6 +26,7 @@ from hgpo_train.advantage import (
     pair_codes,
 )
 from hgpo_train.advantage.columns import id_codes
+from hgpo_train.advantage.mvpo import BRANCHES
 
 if TYPE_CHECKING:
     from hgpo_train.batch import StepBatch
@@ -110,7 +112,7 @@ def grouping_diagnostics(
     return {name: float(value) for name, value in metrics.items()}
 
 
-STATE_KEYED: tuple[str, ...] = ("gigpo", "graphgpo", "g2po", "crbc")
+STATE_KEYED: tuple[str, ...] = ("gigpo", "graphgpo", "g2po", "crbc", "mvpo")
 """Estimators that take two steps with one state key (level 0) for one state."""
 ALIASING_WARNING = 0.05
 """Level-0 aliasing above this share of a batch's visits warns (once) under a state-keyed estimator."""
@@ -161,6 +163,17 @@ def zero_credit_metrics(group_ids: Any, won: np.ndarray, advantages: np.ndarray)
     }
 
 
+def mvpo_metrics(credit: MVPOCredit) -> dict[str, float]:
+    """Where MVPO's routed credit came from (the share of steps per branch: anchor groups with
+    spread, all-equal anchors given the potential, singletons), this iteration's κ and the
+    milestone weights it carries on (``mvpo/weight/m1`` ... in the env's milestone order)."""
+    assert credit.branch is not None
+    out = {f"mvpo/{name}_share": _share(credit.branch == code) for code, name in enumerate(BRANCHES)}
+    out["mvpo/kappa"] = float(credit.kappa)
+    out.update({f"mvpo/weight/m{m + 1}": float(w) for m, w in enumerate(credit.state.weights)})
+    return out
+
+
 def credit_metrics(batch: StepBatch, credit: StepCredit, config: AdvantageConfig) -> dict[str, float]:
     """What both trainers log of an update's step credit: the advantages' spread, the grouping
     of the values the estimator credited (:func:`grouping_diagnostics`), whether the keys see the
@@ -180,6 +193,8 @@ def credit_metrics(batch: StepBatch, credit: StepCredit, config: AdvantageConfig
     }
     if config.estimator == "crbc":
         out["crbc/nonzero_step_credit_share"] = _share(np.abs(credit.returns - credit.state_values) > NONZERO)
+    if isinstance(credit, MVPOCredit):
+        out.update(mvpo_metrics(credit))
     aliased = keys["keys/level0/aliased_share"]
     if config.estimator in STATE_KEYED and aliased > ALIASING_WARNING and config.estimator not in _warned:
         _warned.add(config.estimator)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -41,10 +41,13 @@ def draw_group_tasks(
     return seeds, rng.choice(num_tasks, size=num_groups, replace=num_groups > num_tasks).tolist()
 
 
-def timed_credit(batch: StepBatch, config: AdvantageConfig) -> tuple[StepCredit, float]:
-    """The batch's step credit (:meth:`StepBatch.credit`) and the seconds it took."""
+def timed_credit(
+    batch: StepBatch, config: AdvantageConfig, state: dict[str, Any] | None
+) -> tuple[StepCredit, float]:
+    """The batch's step credit (:meth:`StepBatch.credit`, with what the estimator carried from the
+    last iteration) and the seconds it took."""
     start = time.perf_counter()
-    credit = batch.credit(config)
+    credit = batch.credit(config, state)
     return credit, time.perf_counter() - start
 
 

@@ -14,14 +14,16 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TextIO, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TextIO, TypeVar
 
 import gymnasium as gym
 import numpy as np
 
 import hgpo_env  # noqa: F401  (registers the HGPO-* ids)
+from hgpo_env.milestones import MILESTONES_KEY, SIGNATURE_KEY
 from hgpo_env.serve.auth import read_token
 from hgpo_env.vector import GroupedEnvPool, GroupMismatchError, PoolError
+from hgpo_train.advantage import ProgressColumns
 from hgpo_train.batch import Episodes, StepBatch
 from hgpo_train.config import EnvConfig
 from hgpo_train.generation import Generation
@@ -138,6 +140,28 @@ OUTCOMES = ("won", "lost", "truncated", "env_error")
 the env's own); cut by a failure of the env or its worker."""
 
 
+class Progress(NamedTuple):
+    """One step's progress signatures and milestone flags, before and after it."""
+
+    signature: str
+    milestones: tuple[int, ...]
+    next_signature: str
+    next_milestones: tuple[int, ...]
+
+    @classmethod
+    def of(cls, before: dict[str, Any], after: dict[str, Any]) -> Progress | None:
+        """From the infos of the step's prompt and its result; None without milestones."""
+        if SIGNATURE_KEY not in before:
+            return None
+        after = after if SIGNATURE_KEY in after else before
+        return cls(
+            before[SIGNATURE_KEY],
+            tuple(before[MILESTONES_KEY]),
+            after[SIGNATURE_KEY],
+            tuple(after[MILESTONES_KEY]),
+        )
+
+
 @dataclass
 class EpisodeStep(Generic[R]):
     """One step of an episode: the prompt the env wrote, its fingerprints, the response, the outcome."""
@@ -154,6 +178,9 @@ class EpisodeStep(Generic[R]):
     observation's on a last step; 0 where the env failed)."""
     action_key: int = 0
     """The key of the command the step executed (``info["action_key"]``; 0 where the env failed)."""
+    progress: Progress | None = None
+    """The milestones of the observation the step acted on and of the one it returned (the first
+    again where the env failed); None where the env reports none (:mod:`hgpo_env.milestones`)."""
 
 
 @dataclass
@@ -228,6 +255,7 @@ def play_episodes(
                     not failed and not result.info.get("action_valid", False),
                     int(result.info["fingerprints"][0]) if "fingerprints" in result.info else 0,
                     int(result.info.get("action_key", 0)),
+                    Progress.of(infos[i], result.info),
                 )
             )
             prompts[i], infos[i] = result.obs, result.info
@@ -261,15 +289,18 @@ def progress_lines(
     return show
 
 
-def step_columns(episodes: Sequence[Episode[Any]]) -> dict[str, np.ndarray]:
+def step_columns(episodes: Sequence[Episode[Any]]) -> dict[str, Any]:
     """The advantage estimators' input columns of ``episodes``, one row per step in episode order:
     ``group_id``, ``traj_id`` (the member), ``step``, ``reward``, ``invalid``, ``fingerprints``
     (uint64, n x (K+1)), ``next_state`` (uint64, the key of the state each step led to),
-    ``action_key`` (uint64, the key of the command it executed) and ``outcome`` (how the step's rollout ended, one of :data:`OUTCOMES`); pass them to
-    :func:`hgpo_train.advantage.compute_advantages`."""
+    ``action_key`` (uint64, the key of the command it executed), ``outcome`` (how the step's
+    rollout ended, one of :data:`OUTCOMES`) and, where every step has milestones, ``progress``
+    (:class:`~hgpo_train.advantage.ProgressColumns`, else None); pass them to
+    :func:`hgpo_train.advantage.step_credit`."""
     steps = [(e, k, s) for e in episodes for k, s in enumerate(e.steps)]
     levels = len(steps[0][2].fingerprints) if steps else 1
     return {
+        "progress": progress_columns([s.progress for _, _, s in steps]),
         "group_id": np.array([e.group for e, _, _ in steps], dtype=np.int64),
         "traj_id": np.array([e.member for e, _, _ in steps], dtype=np.int64),
         "step": np.array([k for _, k, _ in steps], dtype=np.int64),
@@ -280,6 +311,20 @@ def step_columns(episodes: Sequence[Episode[Any]]) -> dict[str, np.ndarray]:
         "action_key": np.array([s.action_key for _, _, s in steps], dtype=np.uint64),
         "outcome": np.array([e.outcome for e, _, _ in steps], dtype=f"<U{max(map(len, OUTCOMES))}"),
     }
+
+
+def progress_columns(progress: Sequence[Progress | None]) -> ProgressColumns | None:
+    """The steps' milestones as columns, None unless every step has them."""
+    if not progress or any(p is None for p in progress):
+        return None
+    signatures, milestones, next_signatures, next_milestones = zip(*progress)
+    return ProgressColumns.from_columns(
+        np.array(signatures),
+        np.array(next_signatures),
+        np.array(milestones),
+        np.array(next_milestones),
+        len(progress),
+    )
 
 
 def collect_rollouts(

@@ -26,6 +26,7 @@ from hgpo_train import durable
 from hgpo_train.batch import StepBatch
 from hgpo_train.checkpoint import (
     BackgroundSave,
+    checkpoint_advantage_state,
     clear_run_folder,
     latest_checkpoint,
     load_training_state,
@@ -132,6 +133,8 @@ class Trainer:
             load_training_state(checkpoint, self.optimizer) if checkpoint is not None else 0
         )
         self.completed, self.resumed_from = self.start_iteration, checkpoint
+        self.advantage_state = checkpoint_advantage_state(checkpoint) if checkpoint is not None else None
+        """What the estimator carries into the next iteration (MVPO's), saved with each checkpoint."""
         self.generator = build_generator(config, loaded)
         end_id = end_token_id(self.tokenizer)
         self.updater = PolicyUpdater(
@@ -169,7 +172,8 @@ class Trainer:
         batch = self._collect(iteration, seed, seeds, task_ids)
         rollout_s = time.perf_counter() - start
 
-        credit, advantage_s = timed_credit(batch, self.config.advantage)
+        credit, advantage_s = timed_credit(batch, self.config.advantage, self.advantage_state)
+        self.advantage_state = credit.carried()
         advantages = credit.advantages
 
         start = time.perf_counter()
@@ -259,14 +263,18 @@ class Trainer:
         return stop_requested(self.run_dir)
 
     def start_save(self, iteration: int) -> None:
-        """:meth:`save` on a thread, with the generators' states as they are now."""
-        rng = rng_states()
-        self.checkpoints.start(lambda: self.save(iteration, rng))
+        """:meth:`save` on a thread, with the generators' and the estimator's states as they are now."""
+        rng, state = rng_states(), self.advantage_state
+        self.checkpoints.start(lambda: self._write(iteration, rng, state))
 
     def wait_for_save(self) -> None:
         self.checkpoints.wait()
 
-    def save(self, iteration: int, rng: dict[str, Any] | None = None) -> Path:
+    def save(self, iteration: int) -> Path:
+        """Checkpoint the run now, as after ``iteration`` iterations."""
+        return self._write(iteration, rng_states(), self.advantage_state)
+
+    def _write(self, iteration: int, rng: dict[str, Any], advantage_state: dict[str, Any] | None) -> Path:
         cfg = self.config.train
         return save_checkpoint(
             self.run_dir,
@@ -277,6 +285,7 @@ class Trainer:
             cfg.keep_checkpoints,
             cfg.save_every,
             rng,
+            advantage_state,
         )
 
     def last_checkpoint(self) -> Path | None:

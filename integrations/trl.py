@@ -26,7 +26,7 @@ import gymnasium as gym
 import numpy as np
 
 from hgpo_env.vector import GroupedEnvPool
-from hgpo_train.advantage import AdvantageConfig, compute_advantages
+from hgpo_train.advantage import AdvantageConfig, ProgressColumns, step_credit
 from hgpo_train.generation import PromptEncoder
 from hgpo_train.rollout import Episode, play_episodes, step_columns
 from integrations._framework import missing_framework
@@ -212,6 +212,9 @@ class HGPOTrainer(GRPOTrainer):
         self._idle_prompt: list[int] = []
         self.last_episodes: list[Episode[StepSample]] = []
         """This process's episodes of the latest generation batch, for inspection."""
+        self.advantage_state: dict[str, Any] | None = None
+        """What the estimator carries to the next batch (MVPO's), the same on every process; not
+        in TRL's checkpoints yet, so a resumed run starts it again."""
 
     # ------------------------------------------------------------------ rollout
     def _pool(self, num_groups: int, group_size: int) -> GroupedEnvPool:
@@ -279,8 +282,9 @@ class HGPOTrainer(GRPOTrainer):
         # group ids unique across processes
         columns["group_id"] += num_groups * self.accelerator.process_index
         every = gather_object([columns])
-        merged = {name: np.concatenate([c[name] for c in every]) for name in columns}
-        advantages = compute_advantages(
+        progress = ProgressColumns.concatenate([c.pop("progress") for c in every])
+        merged = {name: np.concatenate([c[name] for c in every]) for name in columns if name != "progress"}
+        credit = step_credit(
             merged["reward"],
             merged["traj_id"],
             merged["group_id"],
@@ -290,7 +294,10 @@ class HGPOTrainer(GRPOTrainer):
             next_states=merged["next_state"],
             action_keys=merged["action_key"],
             won=merged["outcome"] == "won",
+            progress=progress,
+            state=self.advantage_state,
         )
+        self.advantage_state, advantages = credit.carried(), credit.advantages
         start = sum(len(c["reward"]) for c in every[: self.accelerator.process_index])
         return advantages[start : start + len(columns["reward"])], advantages
 

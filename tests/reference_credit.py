@@ -9,6 +9,8 @@ import numpy as np
 
 from hgpo_train.advantage import (
     AdvantageConfig,
+    MVPOState,
+    ProgressColumns,
     crbc_advantages,
     episode_scores,
     g2po_advantages,
@@ -16,6 +18,7 @@ from hgpo_train.advantage import (
     graph_returns,
     grpo_advantages,
     hgpo_advantages,
+    mvpo_advantages,
     step_returns,
 )
 from hgpo_train.batch import StepBatch
@@ -31,9 +34,19 @@ def reference_advantages(
     next_states: Sequence[int] | None = None,
     action_keys: Sequence[int] | None = None,
     won: Sequence[bool] | None = None,
+    progress: ProgressColumns | None = None,
+    state: MVPOState | None = None,
 ) -> np.ndarray:
-    """The configured estimator on raw step columns (rows of a rollout in chronological order)."""
+    """The configured estimator on raw step columns (rows of a rollout in chronological order);
+    ``progress`` and ``state`` are MVPO's milestones and carried state."""
     scores = episode_scores(rewards, rollouts, invalid, config.invalid_penalty)
+    if config.estimator == "mvpo":
+        assert progress is not None
+        return mvpo_advantages(
+            rewards, rollouts, groups, fingerprints, won, progress.signatures, progress.next_signatures,
+            progress.milestones, progress.next_milestones, invalid, state=state, settings=config.mvpo,
+            gamma=config.gamma, invalid_penalty=config.invalid_penalty,
+        ).advantages  # fmt: skip
     if config.estimator == "grpo":
         return grpo_advantages(scores, groups, config.mode)
     if config.estimator == "crbc":
@@ -66,10 +79,13 @@ def reference_advantages(
     )
 
 
-def batch_reference_advantages(batch: StepBatch, config: AdvantageConfig) -> np.ndarray:
+def batch_reference_advantages(
+    batch: StepBatch, config: AdvantageConfig, state: MVPOState | None = None
+) -> np.ndarray:
     """:func:`reference_advantages` on a trainer's batch; rollouts are keyed by "group/traj"."""
     rollouts = [f"{g}/{t}" for g, t in zip(batch.group_id, batch.traj_id)]
     return reference_advantages(
         batch.reward, rollouts, batch.group_id, batch.invalid, batch.fingerprints, config,
         next_states=batch.next_state, action_keys=batch.action_key, won=batch.outcome == "won",
+        progress=batch.progress, state=state,
     )  # fmt: skip

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from hgpo_train.advantage import gigpo_advantages, grpo_advantages
-from hgpo_train.advantage.mvpo import BRANCHES, MVPOSettings, MVPOState, mvpo_advantages
+from hgpo_train.advantage.mvpo import BRANCHES, MVPOState, mvpo_advantages
 from hgpo_train.advantage.returns import episode_scores
+from hgpo_train.advantage.settings import MVPOSettings
 
 NONE = (0, 0, 0, 0, 0)
 
@@ -304,9 +305,9 @@ def test_order_names_and_a_duplicated_group_change_nothing():
 
 def test_bad_columns_are_one_line_each():
     batch = columns(CASE1)
-    with pytest.raises(ValueError, match="triggers must be 5 0/1 flags per row"):
+    with pytest.raises(ValueError, match="milestones must be 5 0/1 flags per row"):
         credit(dict(batch, trig=batch["trig"][:, :4]))
-    with pytest.raises(ValueError, match="next_triggers must hold only 0/1"):
+    with pytest.raises(ValueError, match="next_milestones must hold only 0/1"):
         credit(dict(batch, next_trig=batch["next_trig"] * 2))
     with pytest.raises(ValueError, match="signatures must hold one signature per row"):
         credit(dict(batch, sig=batch["sig"][:-1]))

@@ -24,7 +24,7 @@ from openrlhf_runs import load_run
 from reference_credit import batch_reference_advantages
 from test_train_e2e import assert_estimator_matters
 
-from hgpo_train.advantage import ESTIMATORS, AdvantageConfig
+from hgpo_train.advantage import ESTIMATORS, AdvantageConfig, ProgressColumns
 from hgpo_train.batch import Episodes, StepBatch
 from hgpo_train.cli import main
 from hgpo_train.config import ConfigError
@@ -98,6 +98,13 @@ def make_batch(seed: int = 0, groups: int = 3, size: int = 4, levels: int = 3) -
         response_ids=[np.append(rng.integers(1, 50, size=r - 1), END).astype(np.int32) for _, r in lengths],
         choices=[None] * n,
         episodes=episodes,
+        progress=ProgressColumns.from_columns(
+            [f"place {r[5][0] % 3}" for r in rows],
+            [f"place {r[5][0] % 4}" for r in rows],
+            rng.integers(0, 2, size=(n, 5)),
+            rng.integers(0, 2, size=(n, 5)),
+            n,
+        ),
     )
 
 
@@ -193,7 +200,8 @@ def assert_experience_advantages(
 
 @pytest.mark.parametrize("estimator", ESTIMATORS)
 def test_advantages_in_experiences_equal_an_independent_computation(estimator: str) -> None:
-    batch, config = make_batch(seed=2), AdvantageConfig(estimator=estimator, mode="mean_norm")
+    mode = "mean_std_norm" if estimator == "mvpo" else "mean_norm"  # MVPO's only mode
+    batch, config = make_batch(seed=2), AdvantageConfig(estimator=estimator, mode=mode)
     samples, _ = step_experiences(batch, batch.credit(config).advantages, multiple=8, end_ids=[END])
     maker = make_maker()
     experiences = maker.compute_advantages_and_returns(maker.split_rollout_samples(samples))

@@ -17,7 +17,7 @@ from reference_credit import batch_reference_advantages
 
 import hgpo_env
 from hgpo_env.panel import build_panel
-from hgpo_train.advantage import ESTIMATORS, AdvantageConfig
+from hgpo_train.advantage import ESTIMATORS, AdvantageConfig, MVPOState
 from hgpo_train.batch import StepBatch
 from hgpo_train.checkpoint import latest_checkpoint, list_checkpoints
 from hgpo_train.config import ENV_IDS, EnvConfig, LoggingConfig, load_config
@@ -236,6 +236,43 @@ def test_crbc_trains_an_iteration_and_logs_what_its_closure_saw(tmp_path):
         )
     finally:
         trainer.close()
+
+
+def test_mvpo_trains_on_the_env_milestones_and_resumes_its_state(tmp_path):
+    # locked houses: the key milestones can fire; 4 steps with a tiny model win nothing, so every
+    # group failed alike, the case MVPO is for
+    overrides = ["advantage.estimator=mvpo", "env.kwargs={min_rooms: 2, max_rooms: 3, lock_probability: 1.0}"]
+    first = _trainer("rooms", tmp_path, ROOMS + overrides + ["train.iterations=1"])
+    try:
+        result = _one_iteration_checks(first)  # the reference: the first iteration, from w_0
+        assert_estimator_matters(result.advantages, result.batch, first.config.advantage)
+        progress = result.batch.progress
+        assert progress is not None and progress.milestones.shape == (len(result.batch), 5)
+        assert (
+            progress.signatures[1:][result.batch.step[1:] > 0]
+            == progress.next_signatures[:-1][result.batch.step[1:] > 0]
+        ).all()
+        metrics = result.metrics
+        shares = [metrics[f"mvpo/{name}_share"] for name in ("singleton", "anchor", "potential")]
+        assert sum(shares) == pytest.approx(1.0) and 0.05 <= metrics["mvpo/kappa"] <= 1.0
+        carried = first.advantage_state
+        assert carried is not None and carried["weights"] != [0.2, 0.3, 0.5, 10.0, 0.0]  # updated (E11)
+        saved = json.loads((latest_checkpoint(tmp_path) / "state.json").read_text())
+        assert saved["advantage_state"] == carried
+    finally:
+        first.close()
+    resumed = _trainer("rooms", tmp_path, ROOMS + overrides + ["train.iterations=2"])
+    try:
+        assert resumed.advantage_state == carried
+        second = resumed.run_iteration(1)
+        expected = batch_reference_advantages(
+            second.batch, resumed.config.advantage, MVPOState.from_dict(carried)
+        )
+        np.testing.assert_allclose(second.advantages, expected, rtol=0, atol=1e-9)
+        fresh = batch_reference_advantages(second.batch, resumed.config.advantage)
+        assert np.abs(second.advantages - fresh).max() > 0 or not second.metrics["mvpo/potential_share"]
+    finally:
+        resumed.close()
 
 
 def test_rooms_lora_reference_and_resume(tmp_path):

@@ -1,6 +1,5 @@
-"""GRPO, GiGPO, HGPO, GraphGPO, G2PO and CRBC step advantages over columnar arrays
-(shared/HGPO_SPEC.md, shared/CRBC_SPEC.md), and MVPO's (shared/MVPO_SPEC.md; not yet an
-``advantage.estimator``: the envs do not emit its milestones yet).
+"""GRPO, GiGPO, HGPO, GraphGPO, G2PO, CRBC and MVPO step advantages over columnar arrays
+(shared/HGPO_SPEC.md, shared/CRBC_SPEC.md, shared/MVPO_SPEC.md).
 
 One row is one step sample. Inputs are numpy arrays (torch tensors and lists are converted),
 outputs are float64 numpy arrays in row order. Ids (group, rollout) may be ints or strings.
@@ -11,7 +10,7 @@ sort, statistics are ``np.bincount`` reductions, and the only Python loops run o
 levels, step positions or graph distances, never over rows or clusters.
 
 :func:`step_credit` is the entry point; :mod:`~hgpo_train.advantage.registry` names the
-estimators, one module each (``grpo``, ``gigpo``, ``hgpo``, ``g2po``, ``crbc``); the shared
+estimators, one module each (``grpo``, ``gigpo``, ``hgpo``, ``g2po``, ``crbc``, ``mvpo``); the shared
 pieces are ``columns`` (input checks), ``grouping`` (clusters) and ``returns``.
 """
 
@@ -24,7 +23,7 @@ from hgpo_train.advantage.gigpo import gigpo_advantages
 from hgpo_train.advantage.grouping import level_clusters, pair_codes
 from hgpo_train.advantage.grpo import grpo_advantages
 from hgpo_train.advantage.hgpo import hgpo_advantages, hgpo_level_items
-from hgpo_train.advantage.mvpo import MVPOCredit, MVPOSettings, MVPOState, mvpo_advantages
+from hgpo_train.advantage.mvpo import MVPOCredit, MVPOState, mvpo_advantages
 from hgpo_train.advantage.returns import (
     GRAPH_RETURN_SCALE,
     episode_scores,
@@ -32,8 +31,8 @@ from hgpo_train.advantage.returns import (
     graph_returns,
     step_returns,
 )
-from hgpo_train.advantage.rows import Rows, StepCredit
-from hgpo_train.advantage.settings import ESTIMATORS, CRBCSettings
+from hgpo_train.advantage.rows import ProgressColumns, Rows, StepCredit
+from hgpo_train.advantage.settings import ESTIMATORS, CRBCSettings, MVPOSettings
 
 __all__ = [
     "ESTIMATORS",
@@ -47,6 +46,7 @@ __all__ = [
     "MVPOSettings",
     "MVPOState",
     "Mode",
+    "ProgressColumns",
     "Rows",
     "StepCredit",
     "StepReturn",

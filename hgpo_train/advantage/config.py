@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from hgpo_train.advantage.columns import Mode, check_mode, real_setting
-from hgpo_train.advantage.settings import ESTIMATORS, SUCCESS_REWARD, CRBCSettings
+from hgpo_train.advantage.settings import ESTIMATORS, SUCCESS_REWARD, CRBCSettings, MVPOSettings
 
 Estimator = Literal[ESTIMATORS]  # type: ignore[valid-type]  # the estimators' names
 StepReturn = Literal["discounted", "graph"]
@@ -15,6 +15,7 @@ _CREDITS = {
     "grpo": "the episode score",
     "g2po": "the value of the state a step leads to",
     "crbc": "Q(s, a) of its group's empirical process",
+    "mvpo": "GiGPO's return, or a milestone potential where its anchor's returns are equal",
 }
 """What the estimators without a choice of step return credit a step with."""
 
@@ -30,14 +31,17 @@ class AdvantageConfig:
     return (:func:`graph_returns`). ``step_return`` swaps the return of the three stepwise ones,
     e.g. ``hgpo`` with ``graph``: graph returns under HGPO's context hierarchy. ``g2po`` credits
     the value of the state a step leads to (:func:`g2po_advantages`); ``crbc`` the closure of
-    the group's own transitions (:mod:`hgpo_train.advantage.crbc`).
+    the group's own transitions (:mod:`hgpo_train.advantage.crbc`); ``mvpo`` GiGPO's credit,
+    and where an anchor's returns are all equal a potential of the milestones the env reports
+    (:mod:`hgpo_train.advantage.mvpo`).
     """
 
     estimator: Estimator = "hgpo"
     """grpo (episode level), gigpo (episode + level-0 step groups), hgpo (K+1 context levels),
     graphgpo (gigpo's groups, distance-to-success returns in the task's state graph), g2po (the
-    value of the state a step leads to, within its state and its task) or crbc (Q - V of the
-    group's empirical process, at anchors with two or more actions)."""
+    value of the state a step leads to, within its state and its task), crbc (Q - V of the
+    group's empirical process, at anchors with two or more actions) or mvpo (gigpo, with a
+    milestone potential for anchors whose returns are equal)."""
     gamma: float = 0.95
     """Discount (HGPO and GiGPO: 0.95); for graph returns the base of ``gamma ** distance``
     (GraphGPO's scripts: 0.1 on ALFWorld, 0.2 on WebShop)."""
@@ -64,6 +68,9 @@ class AdvantageConfig:
     verl-agent's ALFWorld and WebShop and of every env here)."""
     crbc: CRBCSettings = field(default_factory=CRBCSettings)
     """CRBC: discount, depth, step weight and spread floor (appendix C.3's defaults)."""
+    mvpo: MVPOSettings = field(default_factory=MVPOSettings)
+    """MVPO: the routed credit's weight ω, κ's floor, the EMA rates and the potential's options
+    (the paper's ALFWorld values, and MVPO_SPEC's choices)."""
 
     def __post_init__(self) -> None:
         if self.estimator not in ESTIMATORS:
@@ -84,8 +91,11 @@ class AdvantageConfig:
                 f"{self.estimator} credits {_CREDITS[self.estimator]}; step_return applies to gigpo, "
                 "hgpo and graphgpo"
             )
-        if self.estimator == "crbc" and self.step_weight != 1.0:
-            raise ValueError("crbc's step weight (w_S) is crbc.step_weight; step_weight is not read by crbc")
+        for name, symbol, setting in (("crbc", "w_S", "crbc.step_weight"), ("mvpo", "ω", "mvpo.omega")):
+            if self.estimator == name and self.step_weight != 1.0:
+                raise ValueError(
+                    f"{name}'s step weight ({symbol}) is {setting}; step_weight is not read by {name}"
+                )
 
     @property
     def returns(self) -> StepReturn:

@@ -8,7 +8,7 @@ import numpy as np
 
 from hgpo_train.advantage.config import AdvantageConfig
 from hgpo_train.advantage.registry import CREDIT
-from hgpo_train.advantage.rows import Rows, StepCredit
+from hgpo_train.advantage.rows import ProgressColumns, Rows, StepCredit
 
 
 def step_credit(
@@ -21,6 +21,8 @@ def step_credit(
     next_states: Any = None,
     action_keys: Any = None,
     won: Any = None,
+    progress: ProgressColumns | None = None,
+    state: dict[str, Any] | None = None,
 ) -> StepCredit:
     """Step advantages of a batch from its raw columns, as every trainer computes them, with the
     values they were made from.
@@ -29,17 +31,19 @@ def step_credit(
     ``fingerprints`` may be None for GRPO only. ``next_states`` (graph returns only) is each
     step's next-state key: level 0 of the fingerprints the step returned, the terminal
     observation's for a rollout's last step. ``action_keys`` and ``won`` (CRBC only) are each
-    step's ``info["action_key"]`` and ``info["won"]``.
+    step's ``info["action_key"]`` and ``info["won"]`` (G2PO reads ``won`` when given; MVPO needs it
+    too, and ``progress``, each step's milestones). ``state``: what the estimator carried from the
+    last iteration (:meth:`StepCredit.carried`; MVPO's), None for the first.
     """
     rows = Rows.from_columns(
-        rewards, traj_ids, group_ids, fingerprints, invalid, next_states, action_keys, won
+        rewards, traj_ids, group_ids, fingerprints, invalid, next_states, action_keys, won, progress
     )
-    return credit_rows(rows, config)
+    return credit_rows(rows, config, state)
 
 
-def credit_rows(rows: Rows, config: AdvantageConfig) -> StepCredit:
+def credit_rows(rows: Rows, config: AdvantageConfig, state: dict[str, Any] | None = None) -> StepCredit:
     """:func:`step_credit` of rows already checked (:meth:`Rows.from_columns`)."""
-    return CREDIT[config.estimator](rows, config)
+    return CREDIT[config.estimator](rows, config, state)
 
 
 def compute_advantages(*columns: Any, **options: Any) -> np.ndarray:

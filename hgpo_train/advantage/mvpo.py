@@ -14,77 +14,23 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
 from hgpo_train.advantage.columns import id_codes, level0, real_setting, to_numpy
+from hgpo_train.advantage.config import AdvantageConfig
 from hgpo_train.advantage.gigpo import _step_term
 from hgpo_train.advantage.grouping import EPS, normalise, pair_codes, rollout_success, threads_for
 from hgpo_train.advantage.grpo import episode_advantages
 from hgpo_train.advantage.returns import episode_scores, step_returns
-from hgpo_train.advantage.rows import Rows, StepCredit
+from hgpo_train.advantage.rows import ProgressColumns, Rows, StepCredit
+from hgpo_train.advantage.settings import INITIAL_WEIGHTS, INVALID, MILESTONES, MVPOSettings
 
-MILESTONES = ("target", "operation", "place", "success", "invalid")
-"""The trigger columns in order (ALFWorld's names; WebShop's are search, item, option, success,
-invalid): the order of the paper's tables and of :data:`INITIAL_WEIGHTS` (spec A18)."""
-INVALID = MILESTONES.index("invalid")
-INITIAL_WEIGHTS = (0.2, 0.3, 0.5, 10.0, 0.0)
-"""w_0, the paper's initial milestone weights (both envs)."""
 BRANCHES = ("singleton", "anchor", "potential")
 """Where a row's routed credit comes from (E18), as :attr:`MVPOCredit.branch` codes 0, 1, 2."""
-
-
-@dataclass(frozen=True)
-class MVPOSettings:
-    """MVPO's hyper-parameters (spec section 4); defaults are the paper's for ALFWorld, and the
-    spec's choices where the paper gives none."""
-
-    omega: float = 0.5
-    """ω, the weight of the routed step credit (search-QA: 1.0)."""
-    kappa_min: float = 0.05
-    """κ_min, the floor of κ (WebShop: 0.01)."""
-    success_rate: float = 0.05
-    """α_κ, the EMA rate of the batch success rate."""
-    weight_rate: float = 0.05
-    """β_amp, the EMA rate of the milestone weights (choice A3)."""
-    success_weight: float = 0.2
-    """α_s, the weight of a region's success rate in its potential (choice A2)."""
-    loop_weight: float = 0.2
-    """α_l, the weight of a region's loop rate (choice A2)."""
-    count_smoothing: float = 1.0
-    """λ_cnt: a region seen once keeps ``1 / (1 + λ)`` of its potential (choice A4)."""
-    zero_spread: float = 1e-6
-    """ε_r: an anchor group whose returns spread no more than this takes the potential (A5)."""
-    initial_weights: tuple[float, ...] = INITIAL_WEIGHTS
-    """w_0, one per milestone in :data:`MILESTONES` order."""
-    potential: Literal["eq15", "appendix"] = "eq15"
-    """eq15: the section's potential (default); appendix: A.3's return-to-go form (choice A1)."""
-    appendix_mix: float = 0.2
-    """δ of the appendix potential."""
-    potential_norm: Literal["rms", "zscore"] = "rms"
-    """How a task group's potential differences are scaled: by their RMS, keeping their signs
-    (default, choice A9), or z-scored."""
-    latch: bool = True
-    """Milestones 1-4 stay reached once reached (choice A12); False reads each observation alone."""
-
-    def __post_init__(self) -> None:
-        for name in ("omega", "success_weight", "loop_weight", "appendix_mix"):
-            real_setting(getattr(self, name), name)
-        for name in ("kappa_min", "success_rate", "weight_rate"):
-            real_setting(getattr(self, name), name, 0.0, 1.0)
-        real_setting(self.count_smoothing, "count_smoothing", 0.0)
-        real_setting(self.zero_spread, "zero_spread", 0.0)
-        if len(self.initial_weights) != len(MILESTONES) or min(self.initial_weights) < 0:
-            raise ValueError(
-                f"initial_weights must be {len(MILESTONES)} non-negative numbers, one per {MILESTONES}"
-            )
-        if self.potential not in ("eq15", "appendix"):
-            raise ValueError(f"potential must be 'eq15' or 'appendix', got {self.potential!r}")
-        if self.potential_norm not in ("rms", "zscore"):
-            raise ValueError(f"potential_norm must be 'rms' or 'zscore', got {self.potential_norm!r}")
 
 
 @dataclass(frozen=True)
@@ -126,6 +72,9 @@ class MVPOCredit(StepCredit):
     branch: np.ndarray | None = None
     """Per row, an index into :data:`BRANCHES` (E18)."""
 
+    def carried(self) -> dict[str, Any]:
+        return self.state.to_dict()
+
 
 def mvpo_advantages(
     rewards: Any,
@@ -135,8 +84,8 @@ def mvpo_advantages(
     won: Any,
     signatures: Any,
     next_signatures: Any,
-    triggers: Any,
-    next_triggers: Any,
+    milestones: Any,
+    next_milestones: Any,
     invalid: Any = None,
     *,
     state: MVPOState | None = None,
@@ -147,20 +96,17 @@ def mvpo_advantages(
     """MVPO's step advantages (E1-E19) from raw columns, rows of a rollout in chronological order.
 
     ``won``: the env's flag after each step (a rollout succeeded when its last row's is set);
-    ``signatures``/``triggers``: the progress signature (ints or strings) and the five 0/1
-    milestone triggers (:data:`MILESTONES`) of the observation each row acted on;
-    ``next_signatures``/``next_triggers``: those of the observation it produced. ``state``: the
+    ``signatures``/``milestones``: the progress signature (ints or strings) and the five 0/1
+    milestone flags (:data:`MILESTONES`) of the observation each row acted on;
+    ``next_signatures``/``next_milestones``: those of the observation it produced. ``state``: the
     previous iteration's (:attr:`MVPOCredit.state`), None for the first. Level 0 of
     ``fingerprints`` is the anchor key, as GiGPO's; the mode is mean_std_norm (spec A25).
     """
-    rows = Rows.from_columns(rewards, traj_ids, group_ids, fingerprints, invalid, won=won)
-    n = len(rows)
+    n = len(to_numpy(rewards))
+    progress = ProgressColumns.from_columns(signatures, next_signatures, milestones, next_milestones, n)
+    rows = Rows.from_columns(rewards, traj_ids, group_ids, fingerprints, invalid, won=won, progress=progress)
     return mvpo_credit(
         rows,
-        _signature_column(signatures, "signatures", n),
-        _signature_column(next_signatures, "next_signatures", n),
-        _trigger_column(triggers, "triggers", n),
-        _trigger_column(next_triggers, "next_triggers", n),
         state=state,
         settings=settings,
         gamma=real_setting(gamma, "gamma", 0.0, 1.0),
@@ -168,30 +114,49 @@ def mvpo_advantages(
     )
 
 
+def credit(rows: Rows, config: AdvantageConfig, state: dict[str, Any] | None) -> MVPOCredit:
+    """The registry's entry: ``config.mvpo``'s settings, GiGPO's discount and invalid penalty,
+    and the state the last iteration carried (:meth:`MVPOCredit.carried`)."""
+    if config.mode != "mean_std_norm":
+        raise ValueError(
+            f"mvpo normalises with mean_std_norm in every env (MVPO_SPEC A25), got advantage.mode="
+            f"{config.mode}: set advantage.mode=mean_std_norm"
+        )
+    return mvpo_credit(
+        rows,
+        state=None if state is None else MVPOState.from_dict(state),
+        settings=config.mvpo,
+        gamma=config.gamma,
+        invalid_penalty=config.invalid_penalty,
+        episode_weight=config.episode_weight,
+    )
+
+
 def mvpo_credit(
     rows: Rows,
-    signatures: np.ndarray,
-    next_signatures: np.ndarray,
-    triggers: np.ndarray,
-    next_triggers: np.ndarray,
     *,
     state: MVPOState | None,
     settings: MVPOSettings,
     gamma: float,
     invalid_penalty: float,
+    episode_weight: float = 1.0,
 ) -> MVPOCredit:
-    """:func:`mvpo_advantages` of checked rows and columns. GiGPO's side (E4-E6, E18's spread)
-    and the potential's (E7-E17) read none of each other's results: on a large batch the first
-    runs on a thread meanwhile."""
+    """:func:`mvpo_advantages` of checked rows (with their progress columns). GiGPO's side
+    (E4-E6, E18's spread) and the potential's (E7-E17) read none of each other's results: on a
+    large batch the first runs on a thread meanwhile. ``episode_weight`` scales the episode term
+    (1 in the paper, E19)."""
+    if rows.progress is None:
+        raise ValueError(
+            "the mvpo estimator needs the env's milestones (info['progress_signature'] and "
+            "info['milestones']): ALFWorld, WebShop and Rooms report them, a TextEnvSpec with progress= too"
+        )
     state = state or MVPOState.start(settings)
     succeeded = _rollout_success(rows)
     kappa, anchor, ema = _kappa(float(succeeded.mean()) if len(succeeded) else 0.0, state, settings)  # E1-E3
     anchors = level0(rows.state_keys("mvpo"))
     with ThreadPoolExecutor(threads_for(len(rows), 2)) as pool:
         gigpo_side = pool.submit(_gigpo_terms, rows, anchors, gamma, invalid_penalty, settings.zero_spread)
-        occurrences = _Occurrences.of(
-            rows, signatures, next_signatures, triggers, next_triggers, settings.latch
-        )
+        occurrences = _Occurrences.of(rows, rows.progress, settings.latch)
         weights = _milestone_weights(
             occurrences, succeeded, np.asarray(state.weights, float), settings
         )  # E10-E11
@@ -200,7 +165,7 @@ def mvpo_credit(
         )  # E7-E9, E12-E17
         returns, episode, anchored, branch = gigpo_side.result()
     route = np.where(branch == 1, anchored, np.where(branch == 2, kappa * potential, 0.0))  # E18
-    advantages = 1.0 * episode + settings.omega * route  # E19, as GiGPO blends its two terms
+    advantages = episode_weight * episode + settings.omega * route  # E19, as GiGPO blends its two terms
     new_state = replace(state, weights=tuple(weights.tolist()), success_anchor=anchor, success_ema=ema)
     return MVPOCredit(advantages, returns, None, new_state, kappa, potential, branch)
 
@@ -214,24 +179,6 @@ def _gigpo_terms(
     episode = episode_advantages(scores, rows.groups, "mean_std_norm")
     anchored = _step_term(returns, rows.groups, anchors, "mean_std_norm")
     return returns, episode, anchored, _branches(rows.groups, anchors, returns, zero_spread)
-
-
-def _signature_column(values: Any, name: str, n: int) -> np.ndarray:
-    a = to_numpy(values)
-    if a.shape != (n,):
-        raise ValueError(f"{name} must hold one signature per row ({n}), got shape {a.shape}")
-    return a
-
-
-def _trigger_column(values: Any, name: str, n: int) -> np.ndarray:
-    a = to_numpy(values)
-    if a.shape != (n, len(MILESTONES)):
-        raise ValueError(
-            f"{name} must be {len(MILESTONES)} 0/1 flags per row ({MILESTONES}), got shape {a.shape}"
-        )
-    if not ((a == 0) | (a == 1)).all():
-        raise ValueError(f"{name} must hold only 0/1 (or booleans)")
-    return a.astype(np.int32)
 
 
 def _rollout_success(rows: Rows) -> np.ndarray:
@@ -271,15 +218,9 @@ class _Occurrences:
     next_index: np.ndarray
 
     @classmethod
-    def of(
-        cls,
-        rows: Rows,
-        signatures: np.ndarray,
-        next_signatures: np.ndarray,
-        triggers: np.ndarray,
-        next_triggers: np.ndarray,
-        latch: bool,
-    ) -> _Occurrences:
+    def of(cls, rows: Rows, progress: ProgressColumns, latch: bool) -> _Occurrences:
+        signatures, next_signatures = progress.signatures, progress.next_signatures
+        triggers, next_triggers = progress.milestones, progress.next_milestones
         rollout = rows.rollouts
         by_rollout = np.argsort(rollout, kind="stable")  # each rollout's rows, in order
         sizes = np.bincount(rollout)

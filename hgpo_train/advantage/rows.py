@@ -3,12 +3,65 @@ what it returns (:class:`StepCredit`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
-from hgpo_train.advantage.columns import as_fingerprints, float_column, id_codes
+from hgpo_train.advantage.columns import as_fingerprints, float_column, id_codes, to_numpy
+
+MILESTONE_COUNT = 5
+"""Flags per observation: three kinds of progress, success, an invalid step (:mod:`hgpo_env.milestones`)."""
+
+
+@dataclass(frozen=True)
+class ProgressColumns:
+    """Per row, the progress signature and milestone flags (``info["progress_signature"]``,
+    ``info["milestones"]``) of the observation the step acted on, and of the one it produced (for
+    a rollout's last row, the final observation): what MVPO's potential reads."""
+
+    signatures: np.ndarray
+    next_signatures: np.ndarray
+    milestones: np.ndarray
+    """int32 (n, 5), 0/1."""
+    next_milestones: np.ndarray
+
+    @classmethod
+    def from_columns(
+        cls, signatures: Any, next_signatures: Any, milestones: Any, next_milestones: Any, n: int
+    ) -> ProgressColumns:
+        """Checked columns of ``n`` rows (signatures: ints or strings; milestones: 0/1 or booleans)."""
+        return cls(
+            _signature_column(signatures, "signatures", n),
+            _signature_column(next_signatures, "next_signatures", n),
+            _milestone_column(milestones, "milestones", n),
+            _milestone_column(next_milestones, "next_milestones", n),
+        )
+
+    @staticmethod
+    def concatenate(parts: list[ProgressColumns | None]) -> ProgressColumns | None:
+        """The rows of ``parts`` in order; None unless every part has milestones."""
+        if not parts or any(part is None for part in parts):
+            return None
+        return ProgressColumns(
+            *(np.concatenate([getattr(part, f.name) for part in parts]) for f in fields(ProgressColumns))
+        )
+
+
+def _signature_column(values: Any, name: str, n: int) -> np.ndarray:
+    a = to_numpy(values)
+    if a.shape != (n,):
+        raise ValueError(f"{name} must hold one signature per row ({n}), got shape {a.shape}")
+    return a
+
+
+def _milestone_column(values: Any, name: str, n: int) -> np.ndarray:
+    a = to_numpy(values)
+    if a.shape != (n, MILESTONE_COUNT):
+        raise ValueError(f"{name} must be {MILESTONE_COUNT} 0/1 flags per row, got shape {a.shape}")
+    if not ((a == 0) | (a == 1)).all():
+        raise ValueError(f"{name} must hold only 0/1 (or booleans)")
+    return a.astype(np.int32)
 
 
 @dataclass(frozen=True)
@@ -31,7 +84,10 @@ class Rows:
     action_keys: Any
     """Each step's action key (CRBC)."""
     won: Any
-    """Per row, the env's ``won`` after the step; a rollout succeeded when its last row's is set (CRBC)."""
+    """Per row, the env's ``won`` after the step; a rollout succeeded when its last row's is set
+    (CRBC, MVPO; G2PO when given)."""
+    progress: ProgressColumns | None = None
+    """The milestones of each row's observations (MVPO)."""
 
     @classmethod
     def from_columns(
@@ -44,6 +100,7 @@ class Rows:
         next_states: Any = None,
         action_keys: Any = None,
         won: Any = None,
+        progress: ProgressColumns | None = None,
     ) -> Rows:
         """Checked rows; traj ids may restart in every group."""
         reward = float_column(rewards, "rewards")
@@ -51,7 +108,10 @@ class Rows:
         groups = id_codes(group_ids, "group_ids", n)
         trajs = id_codes(traj_ids, "traj_ids", n)
         fp = None if fingerprints is None else as_fingerprints(fingerprints, n)
-        return cls(reward, groups, rollout_codes(groups, trajs), invalid, fp, next_states, action_keys, won)
+        if progress is not None and len(progress.signatures) != n:
+            raise ValueError(f"progress columns have {len(progress.signatures)} rows, expected {n}")
+        rollouts = rollout_codes(groups, trajs)
+        return cls(reward, groups, rollouts, invalid, fp, next_states, action_keys, won, progress)
 
     def __len__(self) -> int:
         return len(self.reward)
@@ -75,6 +135,11 @@ class StepCredit:
     these, so they describe what the update used."""
     state_values: np.ndarray | None = None
     """crbc: V(s) of each step's anchor, the baseline its Q was compared with; None otherwise."""
+
+    def carried(self) -> dict[str, Any] | None:
+        """What the estimator carries to the next iteration (JSON-safe, saved with checkpoints);
+        None for the estimators that carry nothing."""
+        return None
 
 
 def rollout_codes(groups: np.ndarray, trajs: np.ndarray) -> np.ndarray:

@@ -8,7 +8,7 @@ from typing import Literal
 
 from hgpo_train.advantage.columns import real_setting
 
-ESTIMATORS: tuple[str, ...] = ("grpo", "gigpo", "hgpo", "graphgpo", "g2po", "crbc")
+ESTIMATORS: tuple[str, ...] = ("grpo", "gigpo", "hgpo", "graphgpo", "g2po", "crbc", "mvpo")
 """Every estimator by its config name (``advantage.estimator``); the registry maps each to its
 credit function."""
 SUCCESS_REWARD = 10.0
@@ -43,3 +43,61 @@ class CRBCSettings:
         real_setting(self.step_weight, "crbc.step_weight")
         if real_setting(self.sigma_min, "crbc.sigma_min") <= 0:
             raise ValueError(f"crbc.sigma_min must be > 0, got {self.sigma_min!r}")
+
+
+MILESTONES = ("target", "operation", "place", "success", "invalid")
+"""The trigger columns in order (ALFWorld's names; WebShop's are search, item, option, success,
+invalid): the order of the paper's tables and of :data:`INITIAL_WEIGHTS` (spec A18)."""
+INVALID = MILESTONES.index("invalid")
+INITIAL_WEIGHTS = (0.2, 0.3, 0.5, 10.0, 0.0)
+"""w_0, the paper's initial milestone weights (both envs)."""
+
+
+@dataclass(frozen=True)
+class MVPOSettings:
+    """MVPO's hyper-parameters (spec section 4); defaults are the paper's for ALFWorld, and the
+    spec's choices where the paper gives none."""
+
+    omega: float = 0.5
+    """ω, the weight of the routed step credit (search-QA: 1.0)."""
+    kappa_min: float = 0.05
+    """κ_min, the floor of κ (WebShop: 0.01)."""
+    success_rate: float = 0.05
+    """α_κ, the EMA rate of the batch success rate."""
+    weight_rate: float = 0.05
+    """β_amp, the EMA rate of the milestone weights (choice A3)."""
+    success_weight: float = 0.2
+    """α_s, the weight of a region's success rate in its potential (choice A2)."""
+    loop_weight: float = 0.2
+    """α_l, the weight of a region's loop rate (choice A2)."""
+    count_smoothing: float = 1.0
+    """λ_cnt: a region seen once keeps ``1 / (1 + λ)`` of its potential (choice A4)."""
+    zero_spread: float = 1e-6
+    """ε_r: an anchor group whose returns spread no more than this takes the potential (A5)."""
+    initial_weights: tuple[float, ...] = INITIAL_WEIGHTS
+    """w_0, one per milestone in :data:`MILESTONES` order."""
+    potential: Literal["eq15", "appendix"] = "eq15"
+    """eq15: the section's potential (default); appendix: A.3's return-to-go form (choice A1)."""
+    appendix_mix: float = 0.2
+    """δ of the appendix potential."""
+    potential_norm: Literal["rms", "zscore"] = "rms"
+    """How a task group's potential differences are scaled: by their RMS, keeping their signs
+    (default, choice A9), or z-scored."""
+    latch: bool = True
+    """Milestones 1-4 stay reached once reached (choice A12); False reads each observation alone."""
+
+    def __post_init__(self) -> None:
+        for name in ("omega", "success_weight", "loop_weight", "appendix_mix"):
+            real_setting(getattr(self, name), f"mvpo.{name}")
+        for name in ("kappa_min", "success_rate", "weight_rate"):
+            real_setting(getattr(self, name), f"mvpo.{name}", 0.0, 1.0)
+        real_setting(self.count_smoothing, "mvpo.count_smoothing", 0.0)
+        real_setting(self.zero_spread, "mvpo.zero_spread", 0.0)
+        if len(self.initial_weights) != len(MILESTONES) or min(self.initial_weights) < 0:
+            raise ValueError(
+                f"mvpo.initial_weights must be {len(MILESTONES)} non-negative numbers, one per {MILESTONES}"
+            )
+        if self.potential not in ("eq15", "appendix"):
+            raise ValueError(f"mvpo.potential must be 'eq15' or 'appendix', got {self.potential!r}")
+        if self.potential_norm not in ("rms", "zscore"):
+            raise ValueError(f"mvpo.potential_norm must be 'rms' or 'zscore', got {self.potential_norm!r}")

@@ -161,6 +161,8 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
             tokenizer,
         )
         self.run_dir = Path(config.train.output_dir)
+        self.advantage_state: dict[str, Any] | None = None
+        """What the estimator carries into the next iteration (MVPO's), in each checkpoint's client state."""
         self.generator = EngineGenerator(
             vllm_engines, tokenizer, config.generation, config.env.response_format, args.data.max_len
         )
@@ -284,7 +286,8 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         start = time.perf_counter()
         batch = self.collect(iteration)
         rollout_s = time.perf_counter() - start
-        credit, advantage_s = timed_credit(batch, self.config.advantage)
+        credit, advantage_s = timed_credit(batch, self.config.advantage, self.advantage_state)
+        self.advantage_state = credit.carried()
         began = time.perf_counter()
         gap = self.engine_gap(batch)
         gap_s = time.perf_counter() - began
@@ -314,6 +317,7 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
             "episode": 0,
             "total_consumed_prompts": 0,
             "data_loader_state_dict": {},
+            "advantage_state": self.advantage_state,
         }
         self.saving_tag = f"global_step{iteration}"
         self.saving = self.actor_model_group.async_run_method(
@@ -346,7 +350,8 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         """Run the remaining iterations on the shared schedule (:func:`~hgpo_train.loop.run_iterations`),
         resuming from the actors' loaded checkpoint if there is one, with a line per iteration."""
         cfg = self.config.train
-        start = int(self.init_checkpoint_states().get("global_step", 0))
+        states = self.init_checkpoint_states()
+        start, self.advantage_state = int(states.get("global_step", 0)), states.get("advantage_state")
         if start:
             self.broadcast_to_vllm()  # the engines still hold the base weights
         logger = MetricsLogger(
