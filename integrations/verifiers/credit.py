@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from hgpo_train.advantage import AdvantageConfig, StepCredit, step_credit
+from hgpo_train.advantage.settings import SUCCESS_REWARD
 from integrations.verifiers.steps import TraceSteps, trace_steps
 
 
@@ -26,10 +27,25 @@ def assign_step_credit(
     sampled tokens, as verifiers' ``Branch.advantages`` spreads them) and, per turn, the list
     ``trace.info["step_advantages"]`` (for traces whose nodes carry no tokens, as an eval client's).
     Returns the credit, rows in trace order then turn order. ``history_length`` and
-    ``success_reward`` apply to traces whose keys are computed (:func:`trace_steps`).
+    ``success_reward`` apply to traces whose keys are computed (:func:`trace_steps`); a trace
+    whose reward reaches ``success_reward`` won, and every estimator that reads success reads that
+    (``config.success_reward`` may only repeat it).
     """
     if not traces:
         raise ValueError("assign_step_credit needs at least one trace")
+    for item in traces:
+        if not hasattr(item, "nodes"):
+            hint = (
+                ": pass their traces, [t for e in episodes for t in e.traces]"
+                if hasattr(item, "traces")
+                else ""
+            )
+            raise TypeError(f"assign_step_credit takes verifiers Traces, got a {type(item).__name__}{hint}")
+    if config.success_reward not in (SUCCESS_REWARD, success_reward):
+        raise ValueError(
+            f"two success definitions: success_reward={success_reward} and AdvantageConfig.success_reward="
+            f"{config.success_reward}; a trace's success is success_reward's here, so set only that"
+        )
     keys = {trace.task.key for trace in traces}
     if len(keys) > 1:
         raise ValueError(f"a group is the rollouts of one task; these traces have {len(keys)} task keys")

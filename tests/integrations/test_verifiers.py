@@ -188,6 +188,13 @@ def test_bad_input_is_one_line(group, monkeypatch):
         assign_step_credit([group[1], failed])
     with pytest.raises(ValueError, match=r"^assign_step_credit needs at least one trace$"):
         assign_step_credit([])
+    episode = vf.Episode(task=group[0].task, traces=[group[0]])
+    with pytest.raises(
+        TypeError, match=r"^assign_step_credit takes verifiers Traces, got a Episode: pass their"
+    ):
+        assign_step_credit([episode])
+    with pytest.raises(ValueError, match=r"^two success definitions: success_reward=1.0 and AdvantageConfig"):
+        assign_step_credit(group, AdvantageConfig(estimator="g2po", success_reward=5.0))
     message = import_error_without(monkeypatch, "integrations.verifiers.env", "verifiers")
     assert message == "this integration needs verifiers: pip install -e '.[verifiers]'"
 
