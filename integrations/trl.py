@@ -18,14 +18,17 @@ Two levels (see docs/integrations/index.md):
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from hgpo_env.vector import GroupedEnvPool
+from hgpo_train import durable
 from hgpo_train.advantage import AdvantageConfig, ProgressColumns, step_credit
 from hgpo_train.generation import PromptEncoder
 from hgpo_train.rollout import Episode, play_episodes, step_columns
@@ -36,11 +39,14 @@ try:
     import datasets
     import torch
     from accelerate.utils import gather_object
+    from transformers.trainer_utils import get_last_checkpoint
     from trl import GRPOConfig, GRPOTrainer
     from trl.trainer.utils import pad, use_adapter
 except ImportError as error:
     raise missing_framework("trl", error) from error
 
+ADVANTAGE_STATE = "hgpo_advantage_state.json"
+"""The file in each checkpoint that holds what the estimator carries across batches (MVPO's)."""
 TASK_COLUMNS = ("task_id", "seed")
 """Dataset columns that pick a row's task: ``task_id`` selects it, ``seed`` seeds the reset."""
 
@@ -213,8 +219,8 @@ class HGPOTrainer(GRPOTrainer):
         self.last_episodes: list[Episode[StepSample]] = []
         """This process's episodes of the latest generation batch, for inspection."""
         self.advantage_state: dict[str, Any] | None = None
-        """What the estimator carries to the next batch (MVPO's), the same on every process; not
-        in TRL's checkpoints yet, so a resumed run starts it again."""
+        """What the estimator carries to the next training batch (MVPO's), the same on every
+        process; saved in each checkpoint (:data:`ADVANTAGE_STATE`) and restored on resume."""
 
     # ------------------------------------------------------------------ rollout
     def _pool(self, num_groups: int, group_size: int) -> GroupedEnvPool:
@@ -274,10 +280,29 @@ class HGPOTrainer(GRPOTrainer):
         return episodes
 
     # --------------------------------------------------------------- advantages
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
+        """TRL's ``train``; a resume also restores what the estimator carried (:data:`ADVANTAGE_STATE`)."""
+        checkpoint = (
+            get_last_checkpoint(self.args.output_dir)
+            if resume_from_checkpoint is True
+            else resume_from_checkpoint
+        )
+        saved = Path(checkpoint) / ADVANTAGE_STATE if checkpoint else None
+        if saved is not None and saved.is_file():
+            self.advantage_state = json.loads(saved.read_text())
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def _save_rng_state(self, output_dir: str) -> None:
+        """Hugging Face's RNG states, and beside them in the checkpoint what the estimator carries."""
+        super()._save_rng_state(output_dir)
+        if self.accelerator.is_main_process:
+            durable.write_text(Path(output_dir) / ADVANTAGE_STATE, json.dumps(self.advantage_state))
+
     def _step_advantages(
-        self, episodes: list[Episode[StepSample]], num_groups: int
+        self, episodes: list[Episode[StepSample]], num_groups: int, training: bool
     ) -> tuple[np.ndarray, np.ndarray]:
-        """This process's step advantages, and every process's (for logs), from all processes' steps."""
+        """This process's step advantages, and every process's (for logs), from all processes'
+        steps; a training batch updates what the estimator carries, an evaluation's does not."""
         columns = step_columns(episodes)
         # group ids unique across processes
         columns["group_id"] += num_groups * self.accelerator.process_index
@@ -297,7 +322,9 @@ class HGPOTrainer(GRPOTrainer):
             progress=progress,
             state=self.advantage_state,
         )
-        self.advantage_state, advantages = credit.carried(), credit.advantages
+        advantages = credit.advantages
+        if training:
+            self.advantage_state = credit.carried()
         start = sum(len(c["reward"]) for c in every[: self.accelerator.process_index])
         return advantages[start : start + len(columns["reward"])], advantages
 
@@ -393,7 +420,7 @@ class HGPOTrainer(GRPOTrainer):
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         episodes = self._play(inputs, group_size)
         self.last_episodes = episodes
-        mine, every = self._step_advantages(episodes, len(inputs) // group_size)
+        mine, every = self._step_advantages(episodes, len(inputs) // group_size, mode == "train")
         samples = [s.response for e in episodes for s in e.steps]
         self._log_episodes(episodes, every, mode)
         return self._step_batch(samples, mine, mode)

@@ -10,6 +10,7 @@ env plays its row's task and its reward reaches TRL. Nothing is mocked.
 from __future__ import annotations
 
 import importlib.resources
+import json
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -25,8 +26,9 @@ from transformers.utils import get_json_schema
 from trl import GRPOConfig, GRPOTrainer
 
 import hgpo_env  # noqa: F401  (registers the HGPO-* ids)
-from hgpo_train.advantage import AdvantageConfig
-from integrations.trl import HGPOTrainer, StepSample, environment_factory, task_dataset
+from hgpo_train.advantage import AdvantageConfig, mvpo_advantages
+from hgpo_train.rollout import progress_columns
+from integrations.trl import ADVANTAGE_STATE, HGPOTrainer, StepSample, environment_factory, task_dataset
 
 ENV_KWARGS = {"history_length": 2, "response_format": "plain", "max_steps": 4, **ROOMS}
 
@@ -58,8 +60,10 @@ class RecordingTrainer(HGPOTrainer):
         self.generations: list[list] = []
         self.group_tasks: list[list[int]] = []
         self.loss_inputs: list[list[dict]] = []
+        self.states_used: list[dict | None] = []
 
     def _generate_and_score_completions(self, inputs):
+        self.states_used.append(self.advantage_state)
         batch = super()._generate_and_score_completions(inputs)
         self.generations.append(self.last_episodes)
         self.group_tasks.append([row["task_id"] for row in inputs[:: self.num_generations]])
@@ -162,6 +166,45 @@ def test_step_level_advantages_reach_the_loss(tiny_model, tmp_path, estimator):
                 got[key].append(round(float(inputs["advantages"][row]), 5))
         assert {k: Counter(v) for k, v in got.items()} == {k: Counter(v) for k, v in want.items()}
     assert nonzero, "every batch had all-zero advantages: the comparison could not fail"
+
+
+def test_mvpo_carries_its_state_from_batch_to_batch_and_through_a_checkpoint(tiny_model, tmp_path):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+
+    def trainer(max_steps: int) -> RecordingTrainer:
+        return RecordingTrainer(
+            model=AutoModelForCausalLM.from_pretrained(tiny_model),
+            args=grpo_config(
+                tmp_path,
+                generation_kwargs=look_bias(tokenizer),
+                save_strategy="steps",
+                save_steps=1,
+                max_steps=max_steps,
+            ),
+            processing_class=tokenizer,
+            train_dataset=task_dataset([3, 8, 21, 40, 57, 60]),
+            env_id=ENV_ID,
+            env_kwargs=ENV_KWARGS,
+            advantage=AdvantageConfig(estimator="mvpo"),
+            pool_options={"num_workers": 1},
+        )
+
+    first = trainer(1)
+    first.train()
+    rows = [(e, s) for e in first.generations[0] for s in e.steps]
+    progress = progress_columns([s.progress for _, s in rows])
+    assert progress is not None  # Rooms reports its milestones, and they reach the estimator
+    expected = mvpo_advantages(
+        [s.reward for _, s in rows], [f"{e.group}/{e.member}" for e, _ in rows], [e.group for e, _ in rows],
+        np.array([s.fingerprints for _, s in rows], dtype=np.uint64), [e.won for e, _ in rows],
+        progress.signatures, progress.next_signatures, progress.milestones, progress.next_milestones,
+        [s.invalid for _, s in rows],
+    ).state.to_dict()  # fmt: skip
+    saved = json.loads((tmp_path / "checkpoint-1" / ADVANTAGE_STATE).read_text())
+    assert first.states_used == [None] and first.advantage_state == saved == expected
+    resumed = trainer(2)
+    resumed.train(resume_from_checkpoint=True)
+    assert resumed.states_used == [saved] and resumed.advantage_state != saved
 
 
 def test_step_batch_pads_to_whole_micro_batches_without_losing_a_step(tiny_model, tmp_path):
