@@ -38,6 +38,10 @@ class ProgressColumns:
             _milestone_column(next_milestones, "next_milestones", n),
         )
 
+    def take(self, rows: np.ndarray) -> ProgressColumns:
+        """These columns' ``rows``, in that order."""
+        return ProgressColumns(*(getattr(self, f.name)[rows] for f in fields(ProgressColumns)))
+
     @staticmethod
     def concatenate(parts: list[ProgressColumns | None]) -> ProgressColumns | None:
         """The rows of ``parts`` in order; None unless every part has milestones."""

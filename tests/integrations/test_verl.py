@@ -27,8 +27,15 @@ from verl.trainer.config import AlgoConfig
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.ray_trainer import compute_advantage
 
-from hgpo_train.advantage import AdvantageConfig
-from integrations.verl import StepKey, attach_step_keys, register_estimators, step_advantages
+from hgpo_train.advantage import AdvantageConfig, MVPOState, ProgressColumns
+from integrations.verl import (
+    StepKey,
+    attach_step_keys,
+    estimator_state,
+    register_estimators,
+    restore_estimator_state,
+    step_advantages,
+)
 from integrations.verl_agent import PoolEnvironmentManager
 
 ENV_KWARGS = {"history_length": 2, "response_format": "plain", "max_steps": 10, **ROOMS}
@@ -44,6 +51,7 @@ def rollout() -> dict:
     )
     try:
         obs, infos = manager.reset([{"task_id": t} for t in (2, 7, 30) for _ in range(GROUP_SIZE)])
+        before = infos
         uids = [uid for uid in (str(uuid.uuid4()) for _ in range(GROUPS)) for _ in range(GROUP_SIZE)]
         trajs = [str(uuid.uuid4()) for _ in uids]
         per_env = [[] for _ in uids]
@@ -55,12 +63,15 @@ def rollout() -> dict:
                 info = infos[i]
                 step = (obs["anchor"][i], next_obs["anchor"][i], info["is_action_valid"], rewards[i])
                 step += (info["action_key"], info["won"])
+                step += tuple(
+                    i[key] for i in (before[i], info) for key in ("progress_signature", "milestones")
+                )
                 per_env[i].append((uids[i], trajs[i], *step))
-            done, obs = dones, next_obs
+            done, obs, before = dones, next_obs, infos
     finally:
         manager.close()
     rows = [row for steps in per_env for row in steps]
-    uid, traj, anchor, next_anchor, valid, reward, action_key, won = (
+    uid, traj, anchor, next_anchor, valid, reward, action_key, won, *progress = (
         np.array(column, dtype=object) for column in zip(*rows)
     )
     return {
@@ -72,6 +83,10 @@ def rollout() -> dict:
         "rewards": reward,
         "action_key": action_key,  # the env's info, which a rollout loop copies for CRBC
         "won": won,
+        # and for MVPO its milestones, before and after the step
+        **dict(
+            zip(("progress_signature", "milestones", "next_progress_signature", "next_milestones"), progress)
+        ),
     }
 
 
@@ -95,8 +110,15 @@ def batch(rollout: dict) -> DataProto:
     )
 
 
-def expected(rollout: dict, config: AdvantageConfig) -> np.ndarray:
+def expected(rollout: dict, config: AdvantageConfig, state: MVPOState | None = None) -> np.ndarray:
     fingerprints = np.array([tuple(a) for a in rollout["anchor_obs"]], dtype=np.uint64)
+    progress = ProgressColumns.from_columns(
+        np.array(list(rollout["progress_signature"])),
+        np.array(list(rollout["next_progress_signature"])),
+        np.array([tuple(m) for m in rollout["milestones"]]),
+        np.array([tuple(m) for m in rollout["next_milestones"]]),
+        len(rollout["uid"]),
+    )
     return reference_advantages(
         [float(r) for r in rollout["rewards"]],
         list(rollout["traj_uid"]),
@@ -107,16 +129,22 @@ def expected(rollout: dict, config: AdvantageConfig) -> np.ndarray:
         [a[0] for a in rollout["next_obs"]],
         [int(k) for k in rollout["action_key"]],
         [bool(w) for w in rollout["won"]],
+        progress,
+        state,
     )
 
 
 @pytest.mark.parametrize(
     ("estimator", "step_return"),
-    [("hgpo", None), ("gigpo", None), ("graphgpo", None), ("hgpo", "graph"), ("g2po", None), ("crbc", None)],
-)
+    [
+        ("hgpo", None), ("gigpo", None), ("graphgpo", None), ("hgpo", "graph"), ("g2po", None), ("crbc", None),
+        ("mvpo", None),
+    ],
+)  # fmt: skip
 @pytest.mark.parametrize("mode", ["mean_norm", "mean_std_norm"])
 def test_verls_compute_advantage_runs_the_registered_estimator(rollout, estimator, step_return, mode):
-    config = AdvantageConfig(estimator=estimator, mode=mode, step_return=step_return, gamma=0.5)
+    own_mode = "mean_std_norm" if estimator == "mvpo" else mode  # MVPO's only mode, whatever is registered
+    config = AdvantageConfig(estimator=estimator, mode=own_mode, step_return=step_return, gamma=0.5)
     register_estimators(AdvantageConfig(mode=mode, step_return=step_return, gamma=0.5))
     data = attach_step_keys(batch(rollout))
     shuffle = np.random.default_rng(0).permutation(len(data))
@@ -135,6 +163,30 @@ def test_verls_compute_advantage_runs_the_registered_estimator(rollout, estimato
         data.batch["advantages"].numpy(), (want[:, None] * mask.numpy()), rtol=1e-5, atol=1e-6
     )
     assert torch.equal(data.batch["returns"], data.batch["advantages"])
+
+
+def test_mvpo_carries_its_state_from_batch_to_batch(rollout):
+    register_estimators(names=["mvpo"])
+    config = AdvantageConfig(estimator="mvpo")
+    first = compute_advantage(
+        attach_step_keys(batch(rollout)), "mvpo", config=AlgoConfig(adv_estimator="mvpo")
+    )
+    carried = estimator_state("mvpo")
+    assert carried is not None and carried["weights"] != [0.2, 0.3, 0.5, 10.0, 0.0]
+    second = compute_advantage(
+        attach_step_keys(batch(rollout)), "mvpo", config=AlgoConfig(adv_estimator="mvpo")
+    )
+    mask = second.batch["response_mask"].numpy()
+    for data, state in ((first, None), (second, MVPOState.from_dict(carried))):
+        want = expected(rollout, config, state)
+        np.testing.assert_allclose(
+            data.batch["advantages"].numpy(), want[:, None] * mask, rtol=1e-5, atol=1e-6
+        )
+    restore_estimator_state("mvpo", carried)  # as a resume would, from what was saved beside the checkpoint
+    third = compute_advantage(
+        attach_step_keys(batch(rollout)), "mvpo", config=AlgoConfig(adv_estimator="mvpo")
+    )
+    assert torch.equal(third.batch["advantages"], second.batch["advantages"])
 
 
 DOCS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "integrations" / "verl.md"
@@ -224,6 +276,13 @@ def test_clear_errors(rollout, monkeypatch):
     register_estimators(names=["crbc"])
     with pytest.raises(ValueError, match=r"crbc needs each step's action key and won .*'action_key', 'won'"):
         compute_advantage(attach_step_keys(data), "crbc", config=AlgoConfig(adv_estimator="crbc"))
+    data = batch(rollout)
+    del data.non_tensor_batch["milestones"]  # a rollout loop that copies no milestones
+    register_estimators(names=["mvpo"])
+    with pytest.raises(ValueError, match=r"mvpo needs each step's won and milestones .*'progress_signature'"):
+        compute_advantage(attach_step_keys(data), "mvpo", config=AlgoConfig(adv_estimator="mvpo"))
+    with pytest.raises(ValueError, match="'nope' is not an estimator register_estimators registered"):
+        estimator_state("nope")
     monkeypatch.setitem(core_algos.ADV_ESTIMATOR_REGISTRY, "hgpo", len)  # someone else's "hgpo"
     with pytest.raises(ValueError, match="not this project's"):
         register_estimators(names=["hgpo"])
