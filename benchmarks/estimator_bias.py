@@ -77,8 +77,8 @@ MAX_STEPS = 15
 LEVELS = (1, 2, 4)
 ALPHAS = (0.0, 1.0, 2.0)
 MODE_NAMES = {"observations_actions": "obs+act", "observations": "obs"}
-METRICS = ("mse", "systematic_mse", "bias", "spearman", "spearman_std")
-HEADERS = ("MSE", "systematic MSE", "bias", "Spearman", "Spearman (mean_std_norm)")
+METRICS = ("mse", "systematic_mse", "bias", "spearman", "spearman_std", "exact_zero_share")
+HEADERS = ("MSE", "systematic MSE", "bias", "Spearman", "Spearman (mean_std_norm)", "exact-zero steps")
 GROUPING_METRICS = ("context_inconsistency", "level0_grouped", "levelK_grouped", "clustered_differently")
 GROUPING_HEADERS = (
     "context inconsistency",
@@ -99,7 +99,9 @@ returns (from the continuations) instead of the sampled ones: what is left is th
 baseline (and of rows it gives no item), plus the Monte-Carlo noise of the expectations.
 *A = 0* predicts no advantage: its MSE is the variance of the truth. GraphGPO, graph returns, G2PO
 and CRBC credit values of their own (graph distances, state values, discounted success): their
-MSE is on another scale and not comparable, their Spearman is. *Context inconsistency*
+MSE is on another scale and not comparable, their Spearman is. *Exact-zero steps* is the share of
+steps the estimator gives no credit at all (advantage exactly 0: a group whose returns are all
+equal). *Context inconsistency*
 is the share of rows whose level-0 cluster holds more than one K-step context
 (`hgpo_train.diagnostics`).
 """
@@ -397,7 +399,7 @@ def score_estimators(
     )
     steps = (reward, traj, invalid, np.asarray(batch.action_key, dtype=np.uint64), np.asarray(batch.won))
     zero = float(np.mean(truth**2))
-    rows = {"A = 0 (reference)": {"mse": zero, "systematic_mse": zero, "bias": 0.0}}
+    rows = {"A = 0 (reference)": {"mse": zero, "systematic_mse": zero, "bias": 0.0, "exact_zero_share": 1.0}}
     for name, (config, levels, mode) in estimator_configs().items():
         fp = fingerprints[levels, mode]
         returns = sampled[0]
@@ -416,6 +418,7 @@ def score_estimators(
             "systematic_mse": float(np.mean((systematic - truth) ** 2)) if systematic is not None else np.nan,
             "bias": float(np.mean(error)),
             "spearman": spearman(advantages, truth),
+            "exact_zero_share": float(np.mean(advantages == 0)),
             "spearman_std": spearman(
                 estimate(
                     dataclasses.replace(config, mode="mean_std_norm"), returns, sampled[1], groups, fp, steps
