@@ -300,7 +300,7 @@ def step_columns(episodes: Sequence[Episode[Any]]) -> dict[str, Any]:
     steps = [(e, k, s) for e in episodes for k, s in enumerate(e.steps)]
     levels = len(steps[0][2].fingerprints) if steps else 1
     return {
-        "progress": progress_columns([s.progress for _, _, s in steps]),
+        "progress": ProgressColumns.from_steps([s.progress for _, _, s in steps]),
         "group_id": np.array([e.group for e, _, _ in steps], dtype=np.int64),
         "traj_id": np.array([e.member for e, _, _ in steps], dtype=np.int64),
         "step": np.array([k for _, k, _ in steps], dtype=np.int64),
@@ -311,20 +311,6 @@ def step_columns(episodes: Sequence[Episode[Any]]) -> dict[str, Any]:
         "action_key": np.array([s.action_key for _, _, s in steps], dtype=np.uint64),
         "outcome": np.array([e.outcome for e, _, _ in steps], dtype=f"<U{max(map(len, OUTCOMES))}"),
     }
-
-
-def progress_columns(progress: Sequence[Progress | None]) -> ProgressColumns | None:
-    """The steps' milestones as columns, None unless every step has them."""
-    if not progress or any(p is None for p in progress):
-        return None
-    signatures, milestones, next_signatures, next_milestones = zip(*progress)
-    return ProgressColumns.from_columns(
-        np.array(signatures),
-        np.array(next_signatures),
-        np.array(milestones),
-        np.array(next_milestones),
-        len(progress),
-    )
 
 
 def collect_rollouts(

@@ -181,9 +181,8 @@ def _columns(index: Any) -> dict[str, Any]:
     has_next = all(k.next_state is not None for k in index)
     has_crbc = all(k.action_key is not None and k.won is not None for k in index)
     has_won = all(k.won is not None for k in index)
-    has_progress = all(k.progress is not None for k in index)
     return {
-        "progress": _progress_columns([k.progress for k in index]) if has_progress else None,
+        "progress": ProgressColumns.from_steps([k.progress for k in index]),
         "group": np.array([str(k) for k in index], dtype=object),
         "episode": np.array([k.episode for k in index], dtype=object),
         "step": np.array([k.step for k in index], dtype=np.int64),
@@ -194,17 +193,6 @@ def _columns(index: Any) -> dict[str, Any]:
         "action_key": np.array([k.action_key for k in index], dtype=np.uint64) if has_crbc else None,
         "won": np.array([k.won for k in index], dtype=bool) if has_won else None,
     }
-
-
-def _progress_columns(progress: list[tuple[str, tuple[int, ...], str, tuple[int, ...]]]) -> ProgressColumns:
-    signatures, milestones, next_signatures, next_milestones = zip(*progress)
-    return ProgressColumns.from_columns(
-        np.array(signatures),
-        np.array(next_signatures),
-        np.array(milestones),
-        np.array(next_milestones),
-        len(progress),
-    )
 
 
 def make_estimator(advantage: AdvantageConfig) -> Callable[..., tuple[Any, Any]]:

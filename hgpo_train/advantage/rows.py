@@ -3,6 +3,7 @@ what it returns (:class:`StepCredit`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -36,6 +37,21 @@ class ProgressColumns:
             _signature_column(next_signatures, "next_signatures", n),
             _milestone_column(milestones, "milestones", n),
             _milestone_column(next_milestones, "next_milestones", n),
+        )
+
+    @classmethod
+    def from_steps(cls, steps: Sequence[tuple[Any, Any, Any, Any] | None]) -> ProgressColumns | None:
+        """Columns of per-step ``(signature, milestones, next_signature, next_milestones)``; None
+        unless every step has them."""
+        if not steps or any(step is None for step in steps):
+            return None
+        signatures, milestones, next_signatures, next_milestones = zip(*steps)
+        return cls.from_columns(
+            np.array(signatures),
+            np.array(next_signatures),
+            np.array(milestones),
+            np.array(next_milestones),
+            len(steps),
         )
 
     def take(self, rows: np.ndarray) -> ProgressColumns:

@@ -26,8 +26,7 @@ from transformers.utils import get_json_schema
 from trl import GRPOConfig, GRPOTrainer
 
 import hgpo_env  # noqa: F401  (registers the HGPO-* ids)
-from hgpo_train.advantage import AdvantageConfig, mvpo_advantages
-from hgpo_train.rollout import progress_columns
+from hgpo_train.advantage import AdvantageConfig, ProgressColumns, mvpo_advantages
 from integrations.trl import ADVANTAGE_STATE, HGPOTrainer, StepSample, environment_factory, task_dataset
 
 ENV_KWARGS = {"history_length": 2, "response_format": "plain", "max_steps": 4, **ROOMS}
@@ -192,7 +191,7 @@ def test_mvpo_carries_its_state_from_batch_to_batch_and_through_a_checkpoint(tin
     first = trainer(1)
     first.train()
     rows = [(e, s) for e in first.generations[0] for s in e.steps]
-    progress = progress_columns([s.progress for _, s in rows])
+    progress = ProgressColumns.from_steps([s.progress for _, s in rows])
     assert progress is not None  # Rooms reports its milestones, and they reach the estimator
     expected = mvpo_advantages(
         [s.reward for _, s in rows], [f"{e.group}/{e.member}" for e, _ in rows], [e.group for e, _ in rows],
