@@ -22,7 +22,6 @@ from typing import NamedTuple
 
 SIGNATURE_KEY = "progress_signature"
 MILESTONES_KEY = "milestones"
-INFO_KEYS = (SIGNATURE_KEY, MILESTONES_KEY)
 COUNT = 5
 """Every env reports five flags: progress, progress, progress, success, invalid."""
 DEPTH_BIN = 3
