@@ -14,6 +14,9 @@ Definition (format version 1):
   ``observations`` (the grouping of the released HGPO code).
 * Level 0 of step t is ``state_t``; level k is ``H(u64(level_{k-1}) + u64(record_{t-k}))``.
 * A digest that comes out 0 is replaced by 1: 0 is reserved for "level not shown".
+* Memory beyond the window (:mod:`hgpo_env.memory_kinds`): a summary or notes text the prompt
+  shows is an item ``H(b"<kind>|" + field(text))`` after the shown steps, oldest last; when a
+  prompt shows more items than K, level K chains all of them (it covers everything shown).
 * The action key of a step is ``H(field(lower(action)))`` seeded with
   ``xxh3_64("hgpo-action|v1|<family>")`` (whatever the mode and state source), or ``H`` of the
   missing-action prefix when the response held no action: one key for every unparseable
@@ -145,6 +148,22 @@ class Fingerprinter:
             keys.append(key)
         keys.extend([MISSING] * (num_levels - len(keys)))
         return tuple(keys)
+
+    def covering_levels(self, state: int, shown: Sequence[int], num_levels: int) -> tuple[int, ...]:
+        """Keys of levels 0..num_levels-1 of a prompt that may show more items than levels
+        (``shown``: step records and memory texts, most recent first): as :meth:`levels`, but the
+        top level chains every item, so it covers all the prompt shows."""
+        keys = self.levels(state, shown, num_levels)
+        if num_levels < 2 or len(shown) < num_levels:
+            return keys
+        top = keys[-1]
+        for record in shown[num_levels - 1 :]:
+            top = self._hash(_U64_PAIR.pack(top, record))
+        return (*keys[:-1], top)
+
+    def text(self, kind: str, text: str) -> int:
+        """Key of a memory text the prompt shows (``kind``: ``summary``, ``notes``, a request)."""
+        return self._hash(kind.encode() + b"|" + _field(text))
 
     def initial(self, task: str, state_text: str) -> int:
         """Key of a task's start: task text and initial state, to verify a task group."""

@@ -48,7 +48,12 @@ class AgentInfo(EnvInfo):
     fingerprint_mode: str
     """``"observations_actions"`` or ``"observations"``, see :mod:`hgpo_env.fingerprint`."""
     history_used: int
-    """How many past steps the prompt shows (at most K; fewer early on or under a token budget)."""
+    """How many past steps the prompt shows (at most K under the window; fewer early on or under a
+    token budget; under ``memory="compaction"`` up to K + ``compact_every`` - 1)."""
+    turn: str
+    """What the prompt asks for: ``"action"`` (a command for the env) or ``"summary"`` (under
+    ``memory="compaction"``: a summary of the steps leaving the context; the env does nothing
+    with it and gives reward 0)."""
 
 
 class StepInfo(AgentInfo):

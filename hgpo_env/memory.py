@@ -8,6 +8,7 @@ the keys hash: levels the prompt does not show are 0, equal prompts give equal k
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections import deque
 from collections.abc import Sequence
@@ -38,6 +39,23 @@ FREE_FORM_ANSWER_FORMATS = {
 DEFAULT_HISTORY_LENGTH = 2
 """K, the past steps a prompt shows by default: the HGPO paper's setting."""
 NO_ACTION = "(no valid action)"
+ACTION_TURN, SUMMARY_TURN = "action", "summary"
+"""What a prompt asks for (``info["turn"]``): a command for the env, or a summary of the steps
+leaving the context (:class:`~hgpo_env.compaction.CompactionMemory`)."""
+
+
+def tagged(response: str, tag: str) -> str | None:
+    """The canonical content of the last ``<tag>...</tag>`` block of ``response`` (tags in any
+    case), None when it has none."""
+    found = re.findall(rf"<{re.escape(tag)}>(.*?)</{re.escape(tag)}>", response, re.IGNORECASE | re.DOTALL)
+    return canonical_text(found[-1]) if found else None
+
+
+def untagged(response: str, tag: str) -> str:
+    """``response`` without its ``<tag>...</tag>`` blocks (what the env's parser should see)."""
+    return re.sub(
+        rf"<{re.escape(tag)}>.*?</{re.escape(tag)}>", " ", response, flags=re.IGNORECASE | re.DOTALL
+    )
 
 
 class Tokenizer(Protocol):
@@ -96,9 +114,11 @@ class PromptTemplate:
         shown_history: Sequence[str],
         observation: str,
         admissible_actions: Sequence[str],
+        carried: Sequence[str] = (),
     ) -> str:
-        """The prompt around remembered steps already shown by :meth:`past_step`."""
-        lines = [self.intro, f"Your task is to: {task}"]
+        """The prompt around remembered steps already shown by :meth:`past_step`; ``carried``
+        are the lines a memory kind keeps beside them (a summary, notes), shown after the task."""
+        lines = [self.intro, f"Your task is to: {task}", *carried]
         if steps_taken == 0:
             lines.append("This is your first step.")
         elif not shown_history:
@@ -200,6 +220,11 @@ class KStepMemory(gym.Wrapper[str, str, str, str]):
         return prompt, info
 
     def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self._act(action)
+        return self._observe(obs, info), reward, terminated, truncated, info
+
+    def _act(self, action: str) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        """Step the env with ``action`` and remember the step; the observation is the env's."""
         obs, reward, terminated, truncated, info = self.env.step(action)
         info.setdefault("task_key", self._task_key)
         if "parsed_action" not in info:  # no response parser below: the action was a command
@@ -212,12 +237,20 @@ class KStepMemory(gym.Wrapper[str, str, str, str]):
         self._history.append(past)
         if self.history_length:  # K = 0 shows no past step: none to lay out
             self._shown_history.append(self.template.past_step(past))
-        return self._observe(obs, info), reward, terminated, truncated, info
+        return obs, reward, terminated, truncated, info
 
     def _observe(self, obs: str, info: dict[str, Any]) -> str:
         """Render the prompt for ``obs`` and add the fingerprint keys to ``info``."""
         self._observation = info["state_text"]
         self._state = self.fingerprinter.state(self._observation, info["admissible_actions"])
+        prompt, info["fingerprints"], info["history_used"] = self._context(obs, info)
+        info["fingerprint_mode"] = self.fingerprinter.mode
+        info["turn"] = ACTION_TURN
+        return prompt
+
+    def _context(self, obs: str, info: dict[str, Any]) -> tuple[str, tuple[int, ...], int]:
+        """The prompt for ``obs``, its keys and how many past steps it shows: the window, shrunk
+        to the token budget."""
         shown = list(self._shown_history)
         prompt = self._render(shown, obs, info)
         while self.max_prompt_tokens is not None and shown and self._too_long(prompt):
@@ -226,17 +259,16 @@ class KStepMemory(gym.Wrapper[str, str, str, str]):
         if self.max_prompt_tokens is not None and not shown and self._too_long(prompt):
             warnings.warn(
                 f"prompt exceeds max_prompt_tokens={self.max_prompt_tokens} even without history",
-                stacklevel=3,
+                stacklevel=4,
             )
         records = [past.record for past in reversed(self._history)][: len(shown)]
-        info["fingerprints"] = self.fingerprinter.levels(self._state, records, self.history_length + 1)
-        info["fingerprint_mode"] = self.fingerprinter.mode
-        info["history_used"] = len(shown)
-        return prompt
+        return prompt, self.fingerprinter.levels(self._state, records, self.history_length + 1), len(shown)
 
-    def _render(self, shown_history: Sequence[str], obs: str, info: dict[str, Any]) -> str:
+    def _render(
+        self, shown_history: Sequence[str], obs: str, info: dict[str, Any], carried: Sequence[str] = ()
+    ) -> str:
         return self.template.layout(
-            info["task"], self._steps_taken, shown_history, obs, info["admissible_actions"]
+            info["task"], self._steps_taken, shown_history, obs, info["admissible_actions"], carried
         )
 
     def _too_long(self, prompt: str) -> bool:

@@ -1,7 +1,8 @@
 """Gymnasium registration: ``gymnasium.make("HGPO-...")`` returns an LLM-ready env.
 
-The made env is ``KStepMemory(ParseResponse(TextEnv))``: observations are prompts, actions are
-raw model responses, and ``env.unwrapped`` is the plain text environment. Env classes are named
+The made env is ``KStepMemory(ParseResponse(TextEnv))`` (or another memory kind's wrapper,
+:mod:`hgpo_env.memory_kinds`): observations are prompts, actions are raw model responses, and
+``env.unwrapped`` is the plain text environment. Env classes are named
 by import path so that registering does not import heavy engines (ALFWorld, WebShop search, the
 third-party packages of the presets). Making one checks the argument types first, and a missing
 optional dependency is reported as the extra to install. :func:`register_text_env` registers a
@@ -22,7 +23,9 @@ import gymnasium as gym
 from hgpo_env.actions import ParseResponse
 from hgpo_env.adapter import TextAdapter, TextEnvSpec, adapt
 from hgpo_env.arguments import check_argument_types
-from hgpo_env.memory import DEFAULT_HISTORY_LENGTH, KStepMemory, Tokenizer
+from hgpo_env.compaction import SummaryRequest
+from hgpo_env.memory import DEFAULT_HISTORY_LENGTH, Tokenizer
+from hgpo_env.memory_kinds import wrap_memory
 
 ENV_CLASSES = {
     "HGPO-Rooms-v0": "hgpo_env.envs.rooms:RoomsEnv",
@@ -82,6 +85,7 @@ def load_class(path: str) -> Callable[..., gym.Env[str, str]]:
 def make_agent_env(
     env_class: Callable[..., gym.Env[str, str]] | str,
     *,
+    memory: str = "window",
     history_length: int = DEFAULT_HISTORY_LENGTH,
     fingerprint_mode: str = "observations_actions",
     fingerprint_state: str = "text",
@@ -89,23 +93,32 @@ def make_agent_env(
     require_think: bool = False,
     tokenizer: Tokenizer | None = None,
     max_prompt_tokens: int | None = None,
+    compact_every: int | None = None,
+    compact_at_tokens: int | None = None,
+    summarizer: Callable[[SummaryRequest], str] | None = None,
+    notes_tag: str | None = None,
     **env_kwargs: Any,
 ) -> gym.Env[str, str]:
-    """Build a text env and wrap it with the response parser and the K-step memory.
+    """Build a text env and wrap it with the response parser and the prompt memory.
 
     ``env_class`` is a text env class (or any callable returning an env on the ``info``
     contract), or its ``"module:name"`` path. ``env_kwargs`` (``max_steps``, ``success_reward``,
-    env-specific options) go to it.
+    env-specific options) go to it. ``memory`` and the options after ``require_think`` choose the
+    memory kind (:func:`~hgpo_env.memory_kinds.wrap_memory`).
     """
     check_argument_types(
         make_agent_env,
         {
+            "memory": memory,
             "history_length": history_length,
             "fingerprint_mode": fingerprint_mode,
             "fingerprint_state": fingerprint_state,
             "response_format": response_format,
             "require_think": require_think,
             "max_prompt_tokens": max_prompt_tokens,
+            "compact_every": compact_every,
+            "compact_at_tokens": compact_at_tokens,
+            "notes_tag": notes_tag,
         },
     )
     cls = load_class(env_class) if isinstance(env_class, str) else env_class
@@ -113,15 +126,19 @@ def make_agent_env(
         check_argument_types(cls.__init__, env_kwargs)
     with extra_hint(getattr(cls, "__module__", "").rpartition(".")[0]):
         text_env = cls(**env_kwargs)
-    env = ParseResponse(text_env, response_format, require_think=require_think)
-    return KStepMemory(
-        env,
-        history_length,
-        fingerprint_mode,
+    return wrap_memory(
+        ParseResponse(text_env, response_format, require_think=require_think),
+        memory,
+        history_length=history_length,
+        fingerprint_mode=fingerprint_mode,
         fingerprint_state=fingerprint_state,
         response_format=response_format,
         tokenizer=tokenizer,
         max_prompt_tokens=max_prompt_tokens,
+        compact_every=compact_every,
+        compact_at_tokens=compact_at_tokens,
+        summarizer=summarizer,
+        notes_tag=notes_tag,
     )
 
 
