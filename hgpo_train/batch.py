@@ -96,6 +96,9 @@ class StepBatch:
     episodes: Episodes
     progress: ProgressColumns | None = None
     """The milestones of each step's observations, where the env reports them (MVPO reads them)."""
+    summary_turn: np.ndarray | None = None
+    """bool (n,): the row's prompt asked for a summary of the steps leaving the context, not a
+    command (``env.memory: compaction``'s summary turns); None: a batch without memory turns."""
     old_logprobs: list[np.ndarray] | None = None
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -113,6 +116,7 @@ class StepBatch:
             "prompt_ids": self.prompt_ids,
             "response_ids": self.response_ids,
             "choices": self.choices,
+            **({"summary_turn": self.summary_turn} if self.summary_turn is not None else {}),
         }
         for name, column in columns.items():
             if len(column) != n:
@@ -153,7 +157,8 @@ class StepBatch:
         return np.array([len(p) for p in self.prompt_ids], dtype=np.int64)
 
     def metrics(self) -> dict[str, float]:
-        """Rollout statistics of the batch: episodes, invalid rate, token counts."""
+        """Rollout statistics of the batch: episodes, invalid rate, token counts; with summary
+        turns, how many per episode and their length, and the action prompts' length apart."""
         out = self.episodes.metrics("rollout/")
         if len(self):
             out.update(
@@ -164,4 +169,40 @@ class StepBatch:
                     "rollout/response_tokens": float(self.response_lengths.mean()),
                 }
             )
+        if self.summary_turn is not None and self.summary_turn.any():
+            summaries, actions = self.summary_turn, ~self.summary_turn
+            out.update(
+                {
+                    "memory/summary_turns_per_episode": float(summaries.sum() / len(self.episodes)),
+                    "memory/summary_tokens": float(self.response_lengths[summaries].mean()),
+                    "memory/summary_invalid_rate": float(self.invalid[summaries].mean()),
+                    "memory/action_prompt_tokens": float(self.prompt_lengths[actions].mean())
+                    if actions.any()
+                    else 0.0,
+                }
+            )
         return out
+
+    def take(self, rows: np.ndarray) -> StepBatch:
+        """The batch of ``rows`` only (episodes and extras as they are: they describe the rollout)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        pick = [int(r) for r in rows]
+        return StepBatch(
+            group_id=self.group_id[rows],
+            traj_id=self.traj_id[rows],
+            step=self.step[rows],
+            reward=self.reward[rows],
+            invalid=self.invalid[rows],
+            fingerprints=self.fingerprints[rows],
+            next_state=self.next_state[rows],
+            action_key=self.action_key[rows],
+            outcome=self.outcome[rows],
+            prompt_ids=[self.prompt_ids[r] for r in pick],
+            response_ids=[self.response_ids[r] for r in pick],
+            choices=[self.choices[r] for r in pick],
+            episodes=self.episodes,
+            progress=self.progress.take(rows) if self.progress is not None else None,
+            summary_turn=self.summary_turn[rows] if self.summary_turn is not None else None,
+            old_logprobs=[self.old_logprobs[r] for r in pick] if self.old_logprobs is not None else None,
+            extras=self.extras,
+        )

@@ -35,6 +35,7 @@ from pydantic import (
 )
 
 from hgpo_env.memory import DEFAULT_HISTORY_LENGTH
+from hgpo_env.memory_kinds import check_memory_options
 from hgpo_train import config_keys
 from hgpo_train.advantage import AdvantageConfig, CRBCSettings, MVPOSettings
 from hgpo_train.config_keys import CommaList, ConfigError
@@ -140,12 +141,33 @@ class EnvConfig(Section):
     """File holding the servers' bearer token (None: ``$HGPO_SERVE_TOKEN``, if set); never the token itself."""
     max_prompt_tokens: int | None = None
     """Token budget of the prompt text; the memory window shrinks to fit (None: no budget)."""
+    memory: Literal["window", "compaction", "notes"] = "window"
+    """The prompt's memory (docs/environments/memory.md): the last K steps; older steps folded into
+    a summary the agent writes in summary turns; or notes the agent rewrites in every reply."""
+    compact_every: PositiveInt | None = None
+    """``memory: compaction``: steps between compactions."""
+    compact_at_tokens: PositiveInt | None = None
+    """``memory: compaction``: compact when the next prompt would pass this many tokens."""
+    notes_tag: str | None = None
+    """``memory: notes``: the tag the notes go in (None: ``notes``)."""
     kwargs: dict[str, Any] = {}
     """Extra env constructor arguments (Rooms difficulty knobs, data paths, splits)."""
 
     @property
     def env_id(self) -> str:
         return ENV_IDS.get(self.name, self.name)
+
+    @model_validator(mode="after")
+    def _memory_options(self) -> EnvConfig:
+        """The memory options belong to the chosen kind (a compaction trigger, a notes tag)."""
+        check_memory_options(
+            self.memory,
+            max_prompt_tokens=self.max_prompt_tokens,
+            compact_every=self.compact_every,
+            compact_at_tokens=self.compact_at_tokens,
+            notes_tag=self.notes_tag,
+        )
+        return self
 
 
 class GenerationConfig(Section):
@@ -190,6 +212,10 @@ class UpdateConfig(Section):
     """Step samples per optimizer step; an iteration with n samples takes ceil(n / this) steps."""
     micro_batch_size: PositiveInt = 8
     """Step samples per forward/backward pass (gradient accumulation inside a mini-batch)."""
+    train_summaries: bool = True
+    """``env.memory: compaction``: the summary turns' tokens are trained like any action's (their
+    advantages from the same estimator); false leaves them out of the update (CompactionRL's
+    masked-summary ablation), their advantages still computed with the rest."""
 
 
 class TrainConfig(Section):
@@ -360,6 +386,11 @@ class Config(Section):
         """Checks across fields that their types cannot express."""
         if self.update.micro_batch_size > self.update.mini_batch_size:
             raise ValueError("update.micro_batch_size cannot exceed update.mini_batch_size")
+        if not self.update.train_summaries and self.env.memory != "compaction":
+            raise ValueError(
+                f"update.train_summaries: false masks summary turns, which env.memory: {self.env.memory} "
+                "has none (they come with env.memory: compaction)"
+            )
         if (self.env.backend == "openenv") != bool(self.env.servers):
             raise ValueError(
                 "env.backend: openenv needs env.servers (a list of URLs), and env.servers needs it"

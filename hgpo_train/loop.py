@@ -18,6 +18,7 @@ import numpy as np
 
 from hgpo_train.advantage import AdvantageConfig, StepCredit
 from hgpo_train.batch import StepBatch
+from hgpo_train.config import UpdateConfig
 from hgpo_train.diagnostics import credit_metrics
 from hgpo_train.stopping import RolloutStopped, StopRequested
 from hgpo_train.tracking import MetricsLogger
@@ -49,6 +50,17 @@ def timed_credit(
     start = time.perf_counter()
     credit = batch.credit(config, state)
     return credit, time.perf_counter() - start
+
+
+def rows_to_train(
+    batch: StepBatch, advantages: np.ndarray, config: UpdateConfig
+) -> tuple[StepBatch, np.ndarray]:
+    """The rows the update trains on and their advantages: every row, or without the summary
+    turns under ``update.train_summaries: false``."""
+    if config.train_summaries or batch.summary_turn is None or not batch.summary_turn.any():
+        return batch, advantages
+    rows = np.flatnonzero(~batch.summary_turn)
+    return batch.take(rows), advantages[rows]
 
 
 def iteration_metrics(

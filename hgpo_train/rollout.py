@@ -20,6 +20,7 @@ import gymnasium as gym
 import numpy as np
 
 import hgpo_env  # noqa: F401  (registers the HGPO-* ids)
+from hgpo_env.memory import SUMMARY_TURN
 from hgpo_env.milestones import MILESTONES_KEY, SIGNATURE_KEY
 from hgpo_env.serve.auth import read_token
 from hgpo_env.vector import GroupedEnvPool, GroupMismatchError, PoolError
@@ -65,7 +66,7 @@ def make_pool(
     ``env_kwargs`` go to the envs on top of ``env.kwargs`` (evaluation's held-out split);
     ``pool_options`` configure the pool itself (:data:`POOL_OPTIONS`). Kept apart, an env
     argument can never be taken for a pool option, nor the other way round.
-    ``tokenizer`` is used only with ``env.max_prompt_tokens`` (the memory window's token budget).
+    ``tokenizer`` is used only with a token budget (``env.max_prompt_tokens``, ``env.compact_at_tokens``).
     With ``probe``, one env is made here first, so bad arguments or missing data fail with the
     env's own error instead of one traceback per worker; a caller that has just made one with
     these arguments (:func:`count_tasks`) passes ``probe=False``.
@@ -96,7 +97,14 @@ def make_pool(
 def count_tasks(env: EnvConfig, env_kwargs: Mapping[str, Any] | None = None) -> int | None:
     """How many tasks the env's ``task_id`` selects with these arguments (None: generated without end)."""
     kwargs = _env_kwargs(env, None, env_kwargs or {})
-    for prompt_only in ("tokenizer", "max_prompt_tokens"):
+    for prompt_only in (
+        "tokenizer",
+        "max_prompt_tokens",
+        "memory",
+        "compact_every",
+        "compact_at_tokens",
+        "notes_tag",
+    ):
         kwargs.pop(prompt_only, None)
     made = _make_env(env, kwargs)
     try:
@@ -127,12 +135,24 @@ def _env_kwargs(env: EnvConfig, tokenizer: Any, overrides: Mapping[str, Any]) ->
         "protocol": env.protocol,
         "max_steps": env.max_steps,
         "success_reward": env.success_reward,
+        **_memory_kwargs(env),
         **env.kwargs,
         **overrides,
     }
     if env.max_prompt_tokens is not None:
         kwargs.update(tokenizer=tokenizer, max_prompt_tokens=env.max_prompt_tokens)
+    if env.compact_at_tokens is not None:
+        kwargs.update(tokenizer=tokenizer, compact_at_tokens=env.compact_at_tokens)
     return kwargs
+
+
+def _memory_kwargs(env: EnvConfig) -> dict[str, Any]:
+    """The memory kind and its options, only where not the window's defaults: envs served by a
+    server that predates memory kinds still take the config of a window run."""
+    if env.memory == "window":
+        return {}
+    options = {"compact_every": env.compact_every, "notes_tag": env.notes_tag}
+    return {"memory": env.memory, **{name: value for name, value in options.items() if value is not None}}
 
 
 OUTCOMES = ("won", "lost", "truncated", "env_error")
@@ -181,6 +201,8 @@ class EpisodeStep(Generic[R]):
     progress: Progress | None = None
     """The milestones of the observation the step acted on and of the one it returned (the first
     again where the env failed); None where the env reports none (:mod:`hgpo_env.milestones`)."""
+    summary_turn: bool = False
+    """The prompt asked for a summary, not a command (``memory="compaction"``'s summary turn)."""
 
 
 @dataclass
@@ -256,6 +278,7 @@ def play_episodes(
                     int(result.info["fingerprints"][0]) if "fingerprints" in result.info else 0,
                     int(result.info.get("action_key", 0)),
                     Progress.of(infos[i], result.info),
+                    infos[i].get("turn") == SUMMARY_TURN,
                 )
             )
             prompts[i], infos[i] = result.obs, result.info
@@ -294,9 +317,9 @@ def step_columns(episodes: Sequence[Episode[Any]]) -> dict[str, Any]:
     ``group_id``, ``traj_id`` (the member), ``step``, ``reward``, ``invalid``, ``fingerprints``
     (uint64, n x (K+1)), ``next_state`` (uint64, the key of the state each step led to),
     ``action_key`` (uint64, the key of the command it executed), ``outcome`` (how the step's
-    rollout ended, one of :data:`OUTCOMES`) and, where every step has milestones, ``progress``
-    (:class:`~hgpo_train.advantage.ProgressColumns`, else None); pass them to
-    :func:`hgpo_train.advantage.step_credit`."""
+    rollout ended, one of :data:`OUTCOMES`), ``summary_turn`` (bool, the step was a summary turn)
+    and, where every step has milestones, ``progress`` (:class:`~hgpo_train.advantage.ProgressColumns`,
+    else None); pass them to :func:`hgpo_train.advantage.step_credit`."""
     steps = [(e, k, s) for e in episodes for k, s in enumerate(e.steps)]
     levels = len(steps[0][2].fingerprints) if steps else 1
     return {
@@ -310,6 +333,7 @@ def step_columns(episodes: Sequence[Episode[Any]]) -> dict[str, Any]:
         "next_state": np.array([s.next_state for _, _, s in steps], dtype=np.uint64),
         "action_key": np.array([s.action_key for _, _, s in steps], dtype=np.uint64),
         "outcome": np.array([e.outcome for e, _, _ in steps], dtype=f"<U{max(map(len, OUTCOMES))}"),
+        "summary_turn": np.array([s.summary_turn for _, _, s in steps], dtype=bool),
     }
 
 

@@ -37,7 +37,14 @@ from hgpo_train.checkpoint import (
 from hgpo_train.config import Config, ConfigError
 from hgpo_train.eval import Evaluator
 from hgpo_train.generation import end_token_id
-from hgpo_train.loop import draw_group_tasks, iteration_metrics, iteration_seed, run_iterations, timed_credit
+from hgpo_train.loop import (
+    draw_group_tasks,
+    iteration_metrics,
+    iteration_seed,
+    rows_to_train,
+    run_iterations,
+    timed_credit,
+)
 from hgpo_train.modeling import Reference, load_policy, resolve_device
 from hgpo_train.policy import build_generator, load_run_policy
 from hgpo_train.provenance import record_start
@@ -178,8 +185,9 @@ class Trainer:
 
         start = time.perf_counter()
         self.wait_for_save()  # the last iteration's checkpoint, written while this rollout ran
-        self.status(f"update on {len(batch)} steps")
-        update_metrics = self.updater.update(batch, advantages, rng)
+        trained, trained_advantages = rows_to_train(batch, advantages, self.config.update)
+        self.status(f"update on {len(trained)} steps")
+        update_metrics = self.updater.update(trained, trained_advantages, rng)
         update_s = time.perf_counter() - start
         start = time.perf_counter()
         self.generator.sync_weights(self.model)

@@ -42,7 +42,14 @@ from hgpo_train.batch import StepBatch
 from hgpo_train.checkpoint import kept_iterations
 from hgpo_train.config import Config, OpenRLHFConfig
 from hgpo_train.eval import Evaluator
-from hgpo_train.loop import draw_group_tasks, iteration_metrics, iteration_seed, run_iterations, timed_credit
+from hgpo_train.loop import (
+    draw_group_tasks,
+    iteration_metrics,
+    iteration_seed,
+    rows_to_train,
+    run_iterations,
+    timed_credit,
+)
 from hgpo_train.openrlhf.constraints import constraint_table, start_store
 from hgpo_train.openrlhf.engines import EngineGenerator
 from hgpo_train.openrlhf.experience_maker import StepAdvantageMaker
@@ -291,10 +298,11 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         began = time.perf_counter()
         gap = self.engine_gap(batch)
         gap_s = time.perf_counter() - began
-        self.publish_constraints(batch)
-        samples, layout = self.make_samples(batch, credit.advantages)
+        trained, advantages = rows_to_train(batch, credit.advantages, self.config.update)
+        self.publish_constraints(trained)
+        samples, layout = self.make_samples(trained, advantages)
         self.wait_for_save()  # the update changes what it writes
-        print(f"iteration {iteration + 1}: update on {len(batch)} steps", file=sys.stderr, flush=True)
+        print(f"iteration {iteration + 1}: update on {len(trained)} steps", file=sys.stderr, flush=True)
         status, _ = self.train_step(samples, iteration)
         return {
             **iteration_metrics(batch, credit, self.config.advantage, rollout_s, advantage_s),
