@@ -8,6 +8,11 @@ over task groups and an example in text; at level 0 how the group's rollouts mee
 whether each group's members started one task. The verdict says which estimators the key supports
 and what to change where it aliases. For an env with milestones (:mod:`hgpo_env.milestones`) it
 also says how often each fires: in how many episodes, and on how many observations.
+
+Under a memory kind other than the window (``memory=compaction`` or ``notes``) the audit's agent
+remembers faithfully: a summary keeps every fact its turn offers, and notes keep every observation
+so far. The keys are then audited under a memory that states what the agent saw, so a level that
+still aliases is the keys' fault, not the memory's.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import gymnasium as gym
 import numpy as np
 
 from hgpo_env.check import group_start_problem, policy_command
+from hgpo_env.memory import SUMMARY_TURN
 from hgpo_env.milestones import MILESTONES_KEY
 from hgpo_env.transitions import aliased_visits, history_keys, merging
 
@@ -144,6 +150,15 @@ class _Visits:
     """Per episode of such an env, the milestones any of its observations reported."""
 
 
+def faithful_notes(env: gym.Env, info: Mapping[str, Any], command: str) -> str:
+    """``command``, and under ``memory="notes"`` before it notes that keep every observation so far."""
+    try:
+        tag, notes = env.get_wrapper_attr("notes_tag"), env.get_wrapper_attr("notes")
+    except AttributeError:
+        return command
+    return f"<{tag}>{notes} {info['state_text']}</{tag}> {command}"
+
+
 def _play_episode(
     env: gym.Env,
     visits: _Visits,
@@ -160,13 +175,14 @@ def _play_episode(
         raise AuditError(
             f"the env could not reset (task {task_id}): {type(error).__name__}: {error}"
         ) from None
-    reset_info, past, flags = info, (), [info.get(MILESTONES_KEY)]
-    for step in range(max_steps):
+    reset_info, past, flags, step = info, (), [info.get(MILESTONES_KEY)], 0
+    while step < max_steps:  # env steps: a summary turn is none
         if not info.get("admissible_actions"):
             raise AuditError(
                 f"the env offers no admissible actions (task {task_id}, step {step}): the audit's policy "
                 "picks among them (--policy expert plays the env's expert where it has one)"
             )
+        step += info.get("turn") != SUMMARY_TURN
         command = choose(env, info)
         visits.group.append(group)
         visits.rollout.append(rollout)
@@ -216,7 +232,9 @@ def audit_env(
     rng = random.Random(seed)
 
     def choose(env: gym.Env, info: Mapping[str, Any]) -> str:
-        return policy_command(env, info, rng, policy == "expert", ())
+        if info.get("turn") == SUMMARY_TURN:
+            return " ".join(info["admissible_actions"])  # a summary that keeps every fact offered
+        return faithful_notes(env, info, policy_command(env, info, rng, policy == "expert", ()))
 
     report = AuditReport(env_id, policy, seed, history_length)
     visits = _Visits()

@@ -29,6 +29,7 @@ from hgpo_env.memory_kinds import wrap_memory
 
 ENV_CLASSES = {
     "HGPO-Rooms-v0": "hgpo_env.envs.rooms:RoomsEnv",
+    "HGPO-Corridor-v0": "hgpo_env.envs.corridor:CorridorEnv",
     "HGPO-ALFWorld-v0": "hgpo_env.envs.alfworld:ALFWorldEnv",
     "HGPO-WebShop-v0": "hgpo_env.envs.webshop:WebShopEnv",
     "HGPO-TextWorld-v0": "hgpo_env.envs.textworld:TextWorldEnv",

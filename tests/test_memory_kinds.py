@@ -339,3 +339,42 @@ def test_a_served_env_plays_summary_turns_as_gym_make_does():
             assert "summary" in turns
         finally:
             remote.close()
+
+
+def test_the_corridor_shows_its_fact_once_and_punishes_the_wrong_key():
+    for task_id, key in enumerate(("red", "blue")):
+        env = gym.make("HGPO-Corridor-v0", response_format="plain")
+        prompt, info = env.reset(options={"task_id": task_id})
+        assert f"the vault opens with the {key} key" in prompt
+        prompts, observations = [prompt], [info["state_text"]]
+        while True:
+            prompt, reward, terminated, truncated, info = env.step(env.unwrapped.expert_action())
+            prompts.append(prompt)
+            observations.append(info["state_text"])
+            if terminated or truncated:
+                break
+        assert info["won"] and reward == 10.0 and len(prompts) == 8  # take, 5 x east, use
+        # the fact is in the hall's two observations only: 5 steps before the vault, where the
+        # window of K = 2 shows neither the sign nor the key taken
+        assert [f"{key} key" in text for text in observations[:-1]] == [True, True] + [False] * 5
+        assert "vault opens with" not in prompts[-2] and "You take" not in prompts[-2]
+        env.reset(options={"task_id": task_id})
+        other = "blue" if key == "red" else "red"
+        for command in (f"take {other} key", *["go east"] * 5):
+            env.step(command)
+        *_, terminated, _, info = env.step(f"use {other} key")
+        assert terminated and not info["won"] and "alarm" in info["state_text"]
+
+
+def test_the_audit_finds_the_window_forgetting_and_faithful_memories_sound():
+    """At K = 2 the window's keys at the vault alias (which key was taken is out of the window);
+    notes and a compaction whose summary keeps the facts shown tell the histories apart."""
+    from hgpo_env.audit import audit_env
+
+    def audit(**memory):
+        return audit_env("HGPO-Corridor-v0", memory, episodes=48, group_size=8, history_length=2)
+
+    window = audit()
+    assert not window.levels[2].sound and "no level up to K = 2 tells them apart" in window.verdict
+    assert audit(memory="notes").levels[1].sound
+    assert audit(memory="compaction", compact_every=2).levels[2].sound
