@@ -1,12 +1,9 @@
 #!/usr/bin/env bash
-# The verl integration's tests, in their own environment (.venv-verl): verl 0.9.1 pins
-# transformers < 5.11, this project 5.15. Creates or updates the environment, then runs pytest
-# on tests/integrations/test_verl.py (extra arguments go to pytest).
+# The verl integration's tests (tests/integrations/test_verl.py) in .venv-verl, made or updated
+# first by scripts/setup_verl.sh (skipped when HGPO_ENVS_READY is set: scripts/test.sh made it);
+# extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-python3 -m venv .venv-verl
-.venv-verl/bin/python -m pip install --quiet --upgrade pip
-.venv-verl/bin/python -m pip install --quiet torch==2.13.0
-.venv-verl/bin/python -m pip install --quiet -e ".[verl,test]"
+[ -n "${HGPO_ENVS_READY:-}" ] || bash scripts/setup_verl.sh
 .venv-verl/bin/python -m pytest tests/integrations/test_verl.py "$@"

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The verifiers integration's environment (.venv-verifiers): verifiers 0.4.0 pins mcp 2.0, while
+# openenv 0.10 (the served envs) needs fastmcp 3, which imports mcp 1.x, so it gets its own. Its
+# tests need no torch. Creates or updates it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python3 -m venv .venv-verifiers
+.venv-verifiers/bin/python -m pip install --quiet --upgrade pip
+.venv-verifiers/bin/python -m pip install --quiet -e ".[verifiers,test]"

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The verl integration's environment (.venv-verl): verl 0.9.1 pins transformers < 5.11, this
+# project 5.15, so it gets its own. Creates or updates it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python3 -m venv .venv-verl
+.venv-verl/bin/python -m pip install --quiet --upgrade pip
+.venv-verl/bin/python -m pip install --quiet torch==2.13.0
+.venv-verl/bin/python -m pip install --quiet -e ".[verl,test]"

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Every test suite: the main one in the current environment, and the verl, verifiers and
+# OpenRLHF-on-CPU ones in their own (.venv-verl, .venv-verifiers, .venv-openrlhf). While the
+# main suite runs (mostly one core's work), a second line makes those environments and runs the
+# verl and verifiers suites (small) on the other core; the OpenRLHF suite, which needs both,
+# runs last. Extra arguments go to the main suite's pytest. The first failure ends the run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log=$(mktemp -t hgpo-second-line-XXXXXX.log)
+setsid bash -c "bash scripts/test_verl.sh && bash scripts/test_verifiers.sh && bash scripts/setup_openrlhf_cpu.sh" \
+    >"$log" 2>&1 &
+second=$!
+trap 'kill -- -$second 2>/dev/null || true' EXIT  # a failing main suite stops the second line too
+
+python -m pytest "$@"
+status=0
+wait "$second" || status=$?
+trap - EXIT
+echo "----- the verl and verifiers suites, and the OpenRLHF environment (run beside the main suite) -----"
+cat "$log"
+if [ "$status" -ne 0 ]; then
+    echo "the second line failed (exit $status): its output is above" >&2
+    exit "$status"
+fi
+HGPO_ENVS_READY=1 bash scripts/test_openrlhf_cpu.sh
