@@ -386,6 +386,11 @@ class Config(Section):
         """Checks across fields that their types cannot express."""
         if self.update.micro_batch_size > self.update.mini_batch_size:
             raise ValueError("update.micro_batch_size cannot exceed update.mini_batch_size")
+        if self.env.memory == "notes" and self.generation.constrained:
+            raise ValueError(
+                "env.memory: notes needs free replies (the notes go in them), but generation.constrained "
+                "picks one admissible command: the notes would always be empty"
+            )
         if not self.update.train_summaries and self.env.memory != "compaction":
             raise ValueError(
                 f"update.train_summaries: false masks summary turns, which env.memory: {self.env.memory} "

@@ -68,12 +68,13 @@ def test_masking_summaries_without_compaction_is_one_line():
         ValueError, match="compact_every is an option of memory='compaction', not of memory='notes'"
     ):
         load_config(env="rooms", overrides=["env.memory=notes", "env.compact_every=2"])
+    with pytest.raises(ValueError, match="notes needs free replies .* the notes would always be empty"):
+        load_config(env="rooms", overrides=["env.memory=notes", "generation.constrained=true"])
 
 
 def test_notes_train_in_the_action_replies(tmp_path):
-    result, trained, _ = one_iteration(
-        tmp_path, ["env.memory=notes", "env.max_steps=3", "train.iterations=1"]
-    )
+    free = ["env.memory=notes", "generation.constrained=false", "env.max_steps=3", "train.iterations=1"]
+    result, trained, _ = one_iteration(tmp_path, free)
     batch = result.batch
     assert not batch.summary_turn.any() and len(trained) == len(batch)
     assert "memory/summary_turns_per_episode" not in result.metrics
