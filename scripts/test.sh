@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Every test suite: the main one in the current environment, and the verl, verifiers and
-# OpenRLHF-on-CPU ones in their own (.venv-verl, .venv-verifiers, .venv-openrlhf). While the
-# main suite runs (mostly one core's work), a second line makes those environments and runs the
-# verl and verifiers suites (small) on the other core; the OpenRLHF suite, which needs both,
-# runs last. Extra arguments go to the main suite's pytest. The first failure ends the run.
+# Every test suite, from scratch: installs the project with its dev extras into the current
+# environment and runs the main suite there, and the verl, verifiers and OpenRLHF-on-CPU suites in
+# environments of their own (.venv-verl, .venv-verifiers, .venv-openrlhf). While the current
+# environment is installed and the main suite runs (mostly one core's work), a second line makes
+# those environments and runs the verl and verifiers suites (small) on the other core; the
+# OpenRLHF suite, which needs both cores, runs last. Extra arguments go to the main suite's
+# pytest. The first failure ends the run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +15,9 @@ setsid bash -c "bash scripts/test_verl.sh && bash scripts/test_verifiers.sh && b
 second=$!
 trap 'kill -- -$second 2>/dev/null || true' EXIT  # a failing main suite stops the second line too
 
+pip install torch==2.13.0
+pip install -e ".[dev]"
+pip install --no-deps openrlhf==0.11.2  # its flash-attn pin is CUDA only
 python -m pytest "$@"
 status=0
 wait "$second" || status=$?
