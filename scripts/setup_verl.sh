@@ -7,4 +7,6 @@ cd "$(dirname "$0")/.."
 python3 -m venv .venv-verl
 .venv-verl/bin/python -m pip install --quiet --upgrade pip
 .venv-verl/bin/python -m pip install --quiet torch==2.13.0
-.venv-verl/bin/python -m pip install --quiet -e ".[verl,test]"
+# an editable build writes hgpo.egg-info into the source tree: one at a time (scripts/test.sh
+# installs two environments at once)
+flock "${TMPDIR:-/tmp}/hgpo-editable-install.lock" .venv-verl/bin/python -m pip install --quiet -e ".[verl,test]"

@@ -16,7 +16,9 @@ second=$!
 trap 'kill -- -$second 2>/dev/null || true' EXIT  # a failing main suite stops the second line too
 
 pip install torch==2.13.0
-pip install -e ".[dev]"
+# an editable build writes hgpo.egg-info into the source tree: one at a time (the second line
+# installs too)
+flock "${TMPDIR:-/tmp}/hgpo-editable-install.lock" pip install -e ".[dev]"
 pip install --no-deps openrlhf==0.11.2  # its flash-attn pin is CUDA only
 python -m pytest "$@"
 status=0
