@@ -1,4 +1,5 @@
-"""Shared fixtures: where the real benchmark data lives, and how its absence is treated.
+"""Shared fixtures: where the real benchmark data lives, and how its absence is treated; and how a
+test session ends.
 
 Tests that need ``../shared/data`` use the ``shared_data`` fixture. They skip when the folder is
 absent, unless ``HGPO_REQUIRE_SHARED_DATA=1`` (set by CI), where a skip would hide a gap: then
@@ -7,7 +8,9 @@ they fail.
 
 from __future__ import annotations
 
+import atexit
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,3 +29,26 @@ def shared_data() -> Path:
             pytest.fail(message + " and HGPO_REQUIRE_SHARED_DATA=1")
         pytest.skip(message)
     return SHARED_DATA
+
+
+SESSION = pytest.StashKey[pytest.Session]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[SESSION] = session  # pytest_unconfigure reads its exit status
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """End the process with pytest's exit status once every plugin has finished: the atexit
+    handlers run (the libraries' own cleanup: process pools, Ray, temp files), the native teardown
+    does not. A thread of a native library (its code already unloaded) once crashed the full suite
+    with a segfault there, after all 997 tests had passed and been reported (2026-11-28, kernel
+    log: a jump to an unmapped address)."""
+    session = config.stash.get(SESSION, None)
+    if session is None:
+        return
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(int(session.exitstatus))
