@@ -86,7 +86,7 @@ class StepBatch:
     action_key: np.ndarray
     """uint64 (n,): the key of the command each step executed (``info["action_key"]``)."""
     outcome: np.ndarray
-    """str (n,): how the row's rollout ended (:data:`hgpo_train.rollout.OUTCOMES`: won, lost,
+    """str (n,): how the row's rollout ended (:data:`hgpo_train.episodes.OUTCOMES`: won, lost,
     truncated, env_error)."""
     prompt_ids: list[np.ndarray]
     response_ids: list[np.ndarray]

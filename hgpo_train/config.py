@@ -38,6 +38,7 @@ from hgpo_env.memory import DEFAULT_HISTORY_LENGTH
 from hgpo_env.memory_kinds import check_memory_options
 from hgpo_train import config_keys
 from hgpo_train.advantage import AdvantageConfig, CRBCSettings, MVPOSettings
+from hgpo_train.agent_loop import AgentLoop
 from hgpo_train.config_keys import CommaList, ConfigError
 
 ENV_IDS = {"rooms": "HGPO-Rooms-v0", "alfworld": "HGPO-ALFWorld-v0", "webshop": "HGPO-WebShop-v0"}
@@ -184,7 +185,13 @@ class GenerationConfig(Section):
     constrained: bool = False
     """Choice-constrained decoding: the response is always one admissible command."""
     batch_size: PositiveInt = 64
-    """Prompts per ``generate`` call (HF backend)."""
+    """Prompts per ``generate`` call of the trainer's own generator (HF, or offline vLLM under
+    ``agent_loop: per_episode``)."""
+    agent_loop: AgentLoop = "lockstep"
+    """How rollouts schedule episodes: ``lockstep`` turns (a sampled rollout replays exactly from
+    its seed: exact resume), or ``per_episode`` loops, each episode's next prompt generated as soon
+    as its env step returns, so env steps overlap generation (:mod:`hgpo_train.agent_loop`).
+    Evaluation always plays lockstep, so its paired comparisons replay."""
     vllm_gpu_memory_utilization: float = 0.4
     """Share of GPU memory vLLM may take (the trainer shares the GPU)."""
     vllm_tensor_parallel_size: int = 1

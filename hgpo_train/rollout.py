@@ -13,20 +13,19 @@ import math
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Generic, NamedTuple, Protocol, TextIO, TypeVar
+from typing import Any, Protocol, TextIO
 
 import gymnasium as gym
 import numpy as np
 
 import hgpo_env  # noqa: F401  (registers the HGPO-* ids)
-from hgpo_env.memory import SUMMARY_TURN
-from hgpo_env.milestones import MILESTONES_KEY, SIGNATURE_KEY
 from hgpo_env.serve.auth import read_token
-from hgpo_env.vector import GroupedEnvPool, GroupMismatchError, PoolError
+from hgpo_env.vector import GroupedEnvPool, GroupMismatchError, PoolError, ResetResult, StepResult
 from hgpo_train.advantage import ProgressColumns
+from hgpo_train.agent_loop import AGENT_LOOPS, play_agent_loops, submitter
 from hgpo_train.batch import Episodes, StepBatch
 from hgpo_train.config import EnvConfig
+from hgpo_train.episodes import OUTCOMES, EnvPool, Episode, EpisodeRecorder, R
 from hgpo_train.generation import Generation
 
 logger = logging.getLogger(__name__)
@@ -40,9 +39,6 @@ class Generator(Protocol):
         temperature: float | None = None,
     ) -> list[Generation]: ...
 
-
-R = TypeVar("R")
-"""What a ``respond`` callable returns per prompt: any object with a ``text`` attribute."""
 
 POOL_OPTIONS = frozenset(
     name for name, p in inspect.signature(GroupedEnvPool).parameters.items() if p.kind is p.KEYWORD_ONLY
@@ -155,84 +151,8 @@ def _memory_kwargs(env: EnvConfig) -> dict[str, Any]:
     return {"memory": env.memory, **{name: value for name, value in options.items() if value is not None}}
 
 
-OUTCOMES = ("won", "lost", "truncated", "env_error")
-"""How a rollout ends: its task solved; ended by the env without a win; cut by the step limit (or
-the env's own); cut by a failure of the env or its worker."""
-
-
-class Progress(NamedTuple):
-    """One step's progress signatures and milestone flags, before and after it."""
-
-    signature: str
-    milestones: tuple[int, ...]
-    next_signature: str
-    next_milestones: tuple[int, ...]
-
-    @classmethod
-    def of(cls, before: dict[str, Any], after: dict[str, Any]) -> Progress | None:
-        """From the infos of the step's prompt and its result; None without milestones."""
-        if SIGNATURE_KEY not in before:
-            return None
-        after = after if SIGNATURE_KEY in after else before
-        return cls(
-            before[SIGNATURE_KEY],
-            tuple(before[MILESTONES_KEY]),
-            after[SIGNATURE_KEY],
-            tuple(after[MILESTONES_KEY]),
-        )
-
-
-@dataclass
-class EpisodeStep(Generic[R]):
-    """One step of an episode: the prompt the env wrote, its fingerprints, the response, the outcome."""
-
-    prompt: str
-    fingerprints: tuple[int, ...]
-    """The fingerprints that came with ``prompt`` (level 0..K)."""
-    response: R
-    reward: float
-    invalid: bool
-    """The response was not a valid admissible action (an env failure is not counted as invalid)."""
-    next_state: int = 0
-    """Level 0 of the fingerprints the step returned: the key of the state it led to (the terminal
-    observation's on a last step; 0 where the env failed)."""
-    action_key: int = 0
-    """The key of the command the step executed (``info["action_key"]``; 0 where the env failed)."""
-    progress: Progress | None = None
-    """The milestones of the observation the step acted on and of the one it returned (the first
-    again where the env failed); None where the env reports none (:mod:`hgpo_env.milestones`)."""
-    summary_turn: bool = False
-    """The prompt asked for a summary, not a command (``memory="compaction"``'s summary turn)."""
-
-
-@dataclass
-class Episode(Generic[R]):
-    """One env's episode: which group and member played it, its steps and how it ended."""
-
-    group: int
-    member: int
-    task: str
-    task_type: str | None
-    task_key: int = 0
-    """The task's key from its reset (``info["task_key"]``)."""
-    steps: list[EpisodeStep[R]] = field(default_factory=list)
-    won: bool = False
-    score: float = 0.0
-    truncated: bool = False
-    env_error: bool = False
-
-    @property
-    def outcome(self) -> str:
-        """How it ended, one of :data:`OUTCOMES`."""
-        if self.env_error:
-            return "env_error"
-        if self.won:
-            return "won"
-        return "truncated" if self.truncated else "lost"
-
-
 def play_episodes(
-    pool: GroupedEnvPool,
+    pool: EnvPool,
     respond: Callable[[list[str], list[dict[str, Any]]], Sequence[R]],
     *,
     seeds: Sequence[int] | None = None,
@@ -248,50 +168,19 @@ def play_episodes(
     ``respond``. Episodes come back in env order (group by group). ``on_turn(turn, running,
     steps)`` is called after each turn (for progress: envs still in an episode, steps so far).
     """
-    resets = pool.reset(seeds=seeds, task_ids=task_ids)
-    prompts = {r.env_index: r.obs for r in resets}
-    infos = {r.env_index: r.info for r in resets}
-    episodes = {
-        r.env_index: Episode(
-            r.group, r.member, r.info["task"], r.info.get("task_type"), int(r.info.get("task_key", 0))
-        )
-        for r in resets
-    }
-    active = [r.env_index for r in resets]
+    recorder: EpisodeRecorder[R] = EpisodeRecorder(pool.reset(seeds=seeds, task_ids=task_ids))
+    active = sorted(recorder.prompts)
     turn = steps = 0
     while active:
-        responses = respond([prompts[i] for i in active], [infos[i] for i in active])
+        responses = respond([recorder.prompts[i] for i in active], [recorder.infos[i] for i in active])
         if len(responses) != len(active):
             raise ValueError(f"respond returned {len(responses)} responses for {len(active)} prompts")
         results = pool.step({i: r.text for i, r in zip(active, responses)})
-        for response, result in zip(responses, results):
-            i = result.env_index
-            episode = episodes[i]
-            failed = "env_error" in result.info
-            episode.steps.append(
-                EpisodeStep(
-                    prompts[i],
-                    tuple(infos[i]["fingerprints"]),
-                    response,
-                    float(result.reward),
-                    not failed and not result.info.get("action_valid", False),
-                    int(result.info["fingerprints"][0]) if "fingerprints" in result.info else 0,
-                    int(result.info.get("action_key", 0)),
-                    Progress.of(infos[i], result.info),
-                    infos[i].get("turn") == SUMMARY_TURN,
-                )
-            )
-            prompts[i], infos[i] = result.obs, result.info
-            if result.done:
-                episode.won = bool(result.info.get("won", False))
-                episode.score = float(result.info.get("score", 0.0))
-                episode.truncated = result.truncated
-                episode.env_error = failed
-        active = [r.env_index for r in results if not r.done]
+        active = [r.env_index for response, r in zip(responses, results) if not recorder.record(response, r)]
         turn, steps = turn + 1, steps + len(results)
         if on_turn is not None:
             on_turn(turn, len(active), steps)
-    return [episodes[i] for i in sorted(episodes)]
+    return recorder.episodes()
 
 
 def progress_lines(
@@ -346,28 +235,61 @@ def collect_rollouts(
     constrained: bool = False,
     temperature: float | None = None,
     on_turn: Callable[[int, int, int], None] | None = None,
+    agent_loop: str = "lockstep",
+    max_batch: int | None = None,
 ) -> StepBatch:
     """Play one episode in every env of ``pool`` (one seed / task id per group) and record each step.
 
     ``constrained`` restricts every response to the admissible commands of its prompt; ``on_turn``
-    reports progress (:func:`play_episodes`).
-    ``batch.extras["timing"]`` holds the seconds spent in the envs and in generation.
+    reports progress (:func:`play_episodes`). ``agent_loop``: ``"lockstep"`` turns
+    (:func:`play_episodes`, the default: a sampled rollout replays exactly from its seed) or
+    ``"per_episode"`` loops (:func:`~hgpo_train.agent_loop.play_agent_loops`: env steps overlap
+    generation; a generator without its own ``submit`` answers up to ``max_batch`` waiting prompts
+    per call, default all of them).
+    ``batch.extras["timing"]`` holds the seconds the rollout waited on the envs (``env_s``) and
+    the rest (``generate_s``: waiting on generation).
     """
-    generate_s = 0.0
-
-    def respond(prompts: list[str], infos: list[dict[str, Any]]) -> list[Generation]:
-        nonlocal generate_s
-        start = time.perf_counter()
-        admissible = [info["admissible_actions"] for info in infos] if constrained else None
-        generations = generator.generate(prompts, admissible, temperature)
-        generate_s += time.perf_counter() - start
-        return generations
-
+    timed = _TimedPool(pool)
     start = time.perf_counter()
-    episodes = play_episodes(pool, respond, seeds=seeds, task_ids=task_ids, on_turn=on_turn)
+    if agent_loop == "lockstep":
+
+        def respond(prompts: list[str], infos: list[dict[str, Any]]) -> list[Generation]:
+            admissible = [info["admissible_actions"] for info in infos] if constrained else None
+            return generator.generate(prompts, admissible, temperature)
+
+        episodes = play_episodes(timed, respond, seeds=seeds, task_ids=task_ids, on_turn=on_turn)
+    elif agent_loop == "per_episode":
+        batch_cap = max_batch or pool.num_envs
+        with submitter(
+            generator, constrained=constrained, temperature=temperature, max_batch=batch_cap
+        ) as submit:
+            episodes = play_agent_loops(timed, submit, seeds=seeds, task_ids=task_ids, on_turn=on_turn)
+    else:
+        raise ValueError(f"agent_loop must be one of {AGENT_LOOPS}, got {agent_loop!r}")
     batch = _to_batch(episodes)
-    batch.extras["timing"] = {"env_s": time.perf_counter() - start - generate_s, "generate_s": generate_s}
+    total = time.perf_counter() - start
+    batch.extras["timing"] = {"env_s": timed.seconds, "generate_s": total - timed.seconds}
     return batch
+
+
+class _TimedPool:
+    """A pool whose ``reset`` and ``step`` calls add up their seconds."""
+
+    def __init__(self, pool: GroupedEnvPool) -> None:
+        self.pool, self.seconds = pool, 0.0
+
+    def reset(self, **kwargs: Any) -> list[ResetResult]:
+        return self._timed(self.pool.reset, **kwargs)
+
+    def step(self, actions: Mapping[int, str]) -> list[StepResult]:
+        return self._timed(self.pool.step, actions)
+
+    def _timed(self, call: Callable[..., list[Any]], *args: Any, **kwargs: Any) -> list[Any]:
+        start = time.perf_counter()
+        try:
+            return call(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - start
 
 
 ROLLOUT_ATTEMPTS = 3

@@ -224,6 +224,8 @@ class Trainer:
             seeds=seeds,
             task_ids=task_ids,
             constrained=self.config.generation.constrained,
+            agent_loop=self.config.generation.agent_loop,
+            max_batch=self.config.generation.batch_size,
             on_turn=on_turn,
         )
 

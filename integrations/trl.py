@@ -30,8 +30,9 @@ import numpy as np
 from hgpo_env.vector import GroupedEnvPool
 from hgpo_train import durable
 from hgpo_train.advantage import AdvantageConfig, ProgressColumns, step_credit
+from hgpo_train.episodes import Episode
 from hgpo_train.generation import PromptEncoder
-from hgpo_train.rollout import Episode, play_episodes, step_columns
+from hgpo_train.rollout import play_episodes, step_columns
 from integrations._framework import missing_framework
 from integrations.session import EnvSession
 

@@ -10,11 +10,14 @@ the real stack (vLLM's CPU build, DeepSpeed, the weight sync) runs in ``tests/op
 
 from __future__ import annotations
 
+import asyncio
 import sys
+import zlib
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import pytest
 
 ray = pytest.importorskip("ray")
@@ -81,6 +84,26 @@ class FakeEngine:
             token_ids=list(text.encode())[: sampling_params["max_tokens"]], finish_reason="stop"
         )
         return SimpleNamespace(outputs=[completion])
+
+    def seen(self) -> list[str]:
+        return self.prompts
+
+
+@ray.remote(num_cpus=0)
+class PromptEngine:
+    """Answers with a function of the prompt alone (as greedy decoding), after a wait that also
+    depends on it, so concurrent requests finish out of order (as an engine's batch does)."""
+
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+
+    async def generate(self, prompt_token_ids: list[int], sampling_params: dict[str, Any]) -> Any:
+        prompt = bytes(prompt_token_ids).decode()
+        self.prompts.append(prompt)
+        digest = zlib.crc32(prompt.encode())
+        await asyncio.sleep(digest % 20 / 1000)
+        text = RESPONSES[digest % len(RESPONSES)]
+        return SimpleNamespace(outputs=[SimpleNamespace(token_ids=list(text.encode()), finish_reason="stop")])
 
     def seen(self) -> list[str]:
         return self.prompts
@@ -164,6 +187,32 @@ def test_env_actors_engines_steps_and_groups_end_to_end(cluster: None, config: A
         maker.compute_advantages_and_returns(maker.split_rollout_samples(samples)), batch, config.advantage
     )
     assert_estimator_matters(expected, batch, config.advantage)
+
+
+def test_per_episode_loops_on_the_engines_play_the_lockstep_episodes(cluster: None, config: Any) -> None:
+    """Each episode's request goes to its group's engine as soon as its env step returns
+    (``EngineGenerator.submit``); with responses that depend on the prompt alone, the rollout is
+    the lockstep one."""
+    pool = ray_pool(config)
+    try:
+        batches = []
+        for agent_loop in ("lockstep", "per_episode"):
+            engines = [PromptEngine.remote() for _ in range(2)]
+            batch = collect_rollouts(
+                pool, engine_generator(config, engines), seeds=[11, 12], agent_loop=agent_loop
+            )
+            batches.append(batch)
+        seen = ray.get([engine.seen.remote() for engine in engines])
+    finally:
+        pool.close()
+    lockstep, per_episode = batches
+    for name in ("group_id", "traj_id", "step", "reward", "invalid", "fingerprints", "action_key"):
+        np.testing.assert_array_equal(getattr(lockstep, name), getattr(per_episode, name), err_msg=name)
+    assert [r.tolist() for r in lockstep.response_ids] == [r.tolist() for r in per_episode.response_ids]
+    assert lockstep.invalid.any() and not lockstep.invalid.all()
+    assert all(
+        len({p.split("Your task is to:")[1].split("\n")[0] for p in prompts}) == 1 for prompts in seen
+    ), "each engine should serve one task group (shared prefixes)"
 
 
 def test_prompt_longer_than_max_len_is_a_clear_error(cluster: None, config: Any) -> None:

@@ -12,12 +12,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 import ray
 
 from hgpo_train.config import GenerationConfig
-from hgpo_train.generation import CHOICES_PROCESSOR, PromptEncoder, RequestGenerator, VLLMRequest
+from hgpo_train.generation import (
+    CHOICES_PROCESSOR,
+    Generation,
+    PromptEncoder,
+    RequestGenerator,
+    VLLMRequest,
+    vllm_requests,
+)
 from hgpo_train.openrlhf.process_env import FP32_VAR
 
 
@@ -63,6 +71,32 @@ class EngineGenerator(RequestGenerator):
             for i, r in enumerate(requests)
         ]
         return [output.outputs[0] for output in ray.get(refs)]
+
+    def submit(
+        self, prompt: str, admissible: Sequence[str] | None, temperature: float | None, group: int
+    ) -> Future[Generation]:
+        """Start one prompt's generation on the engine of its task group (per-episode agent
+        loops, :mod:`hgpo_train.agent_loop`): the engine batches it with whatever else it runs."""
+        [request] = vllm_requests(
+            self.encoder,
+            self.config,
+            [prompt],
+            None if admissible is None else [admissible],
+            temperature,
+            self.max_len,
+        )
+        engine = self.engines[group % len(self.engines)]
+        started = engine.generate.remote(request.prompt_ids, self.make_params(**request.sampling)).future()
+        done: Future[Generation] = Future()
+
+        def finish(future: Future[Any]) -> None:
+            try:
+                done.set_result(request.generation(future.result().outputs[0]))
+            except Exception as error:  # noqa: BLE001  (the rollout's result() raises it)
+                done.set_exception(error)
+
+        started.add_done_callback(finish)
+        return done
 
 
 def engine_actor(worker_extension_cls: str | None = None) -> Any:

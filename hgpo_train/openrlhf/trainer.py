@@ -246,6 +246,8 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
                 seeds=seeds,
                 task_ids=task_ids,
                 constrained=self.config.generation.constrained,
+                agent_loop=self.config.generation.agent_loop,
+                max_batch=self.config.generation.batch_size,
                 on_turn=on_turn,
             )
 
