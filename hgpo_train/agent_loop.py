@@ -27,6 +27,7 @@ from hgpo_train.episodes import EnvPool, Episode, EpisodeRecorder, R
 
 if TYPE_CHECKING:  # hgpo_train.config imports AgentLoop: no import of generation (and config) here
     from hgpo_train.generation import Generation
+    from hgpo_train.rollout import Generator
 
 AgentLoop = Literal["lockstep", "per_episode"]
 """How a rollout schedules its episodes: turns every running episode takes together, or each
@@ -36,15 +37,6 @@ AGENT_LOOPS: tuple[str, ...] = get_args(AgentLoop)
 Submit = Callable[[str, dict[str, Any], int], "Future[R]"]
 """``submit(prompt, info, group)``: start generating the response to one prompt (``group`` is
 its env's task group, for engines that keep a group's shared prefix in one cache)."""
-
-
-class BatchGenerator(Protocol):
-    def generate(
-        self,
-        prompts: Sequence[str],
-        admissible: Sequence[Sequence[str]] | None = None,
-        temperature: float | None = None,
-    ) -> list[Generation]: ...
 
 
 class RequestSubmitter(Protocol):
@@ -107,7 +99,7 @@ class MicroBatcher:
     temperature, or in being constrained, go to separate batches). Use it as a context manager:
     leaving it cancels what is still queued and waits for the batch in progress."""
 
-    def __init__(self, generator: BatchGenerator, max_batch: int) -> None:
+    def __init__(self, generator: Generator, max_batch: int) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be at least 1, got {max_batch}")
         self.generator, self.max_batch = generator, max_batch
@@ -180,7 +172,7 @@ class MicroBatcher:
 
 @contextmanager
 def submitter(
-    generator: BatchGenerator | RequestSubmitter,
+    generator: Generator | RequestSubmitter,
     *,
     constrained: bool,
     temperature: float | None,
