@@ -77,7 +77,6 @@ def measure(trainer: Trainer, rounds: int, batch_size: int) -> dict[str, list[tu
             )
             wall = time.perf_counter() - start
             rows.append((len(batch) / wall, 1 - clock.busy_s / wall))
-            print(mode, len(batch), wall, batch.extras["timing"], clock.busy_s)
     return out
 
 

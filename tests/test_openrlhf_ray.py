@@ -11,7 +11,9 @@ the real stack (vLLM's CPU build, DeepSpeed, the weight sync) runs in ``tests/op
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
+import time
 import zlib
 from pathlib import Path
 from types import SimpleNamespace
@@ -213,6 +215,22 @@ def test_per_episode_loops_on_the_engines_play_the_lockstep_episodes(cluster: No
     assert all(
         len({p.split("Your task is to:")[1].split("\n")[0] for p in prompts}) == 1 for prompts in seen
     ), "each engine should serve one task group (shared prefixes)"
+
+
+def test_a_request_the_rollout_abandoned_is_dropped_when_its_engine_answers(
+    cluster: None, config: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stopped rollout cancels its pending requests; the engine still answers them, later, and
+    their callbacks leave them be (a callback that raises is logged by concurrent.futures)."""
+    generator = engine_generator(config, [PromptEngine.remote()])
+    with caplog.at_level(logging.ERROR, logger="concurrent.futures"):
+        pending = [generator.submit(f"prompt {i}", None, None, group=0) for i in range(8)]
+        cancelled = [future.cancel() for future in pending]
+        answered = generator.submit("the next rollout's prompt", None, None, group=0).result(timeout=60)
+        time.sleep(0.5)  # the cancelled requests' answers came first (one engine, in order)
+    assert all(cancelled) and all(future.cancelled() for future in pending)
+    assert answered.text in RESPONSES
+    assert not caplog.records, caplog.text
 
 
 def test_prompt_longer_than_max_len_is_a_clear_error(cluster: None, config: Any) -> None:

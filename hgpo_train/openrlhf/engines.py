@@ -90,6 +90,8 @@ class EngineGenerator(RequestGenerator):
         done: Future[Generation] = Future()
 
         def finish(future: Future[Any]) -> None:
+            if not done.set_running_or_notify_cancel():  # the rollout was abandoned
+                return
             try:
                 done.set_result(request.generation(future.result().outputs[0]))
             except Exception as error:  # noqa: BLE001  (the rollout's result() raises it)
