@@ -99,6 +99,9 @@ class StepBatch:
     summary_turn: np.ndarray | None = None
     """bool (n,): the row's prompt asked for a summary of the steps leaving the context, not a
     command (``env.memory: compaction``'s summary turns); None: a batch without memory turns."""
+    policy_version: np.ndarray | None = None
+    """int64 (n,): how many updates the weights that sampled the row had seen (a trainer sets it,
+    :mod:`hgpo_train.overlap`); None: not recorded."""
     old_logprobs: list[np.ndarray] | None = None
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -117,6 +120,7 @@ class StepBatch:
             "response_ids": self.response_ids,
             "choices": self.choices,
             **({"summary_turn": self.summary_turn} if self.summary_turn is not None else {}),
+            **({"policy_version": self.policy_version} if self.policy_version is not None else {}),
         }
         for name, column in columns.items():
             if len(column) != n:
@@ -203,6 +207,7 @@ class StepBatch:
             episodes=self.episodes,
             progress=self.progress.take(rows) if self.progress is not None else None,
             summary_turn=self.summary_turn[rows] if self.summary_turn is not None else None,
+            policy_version=self.policy_version[rows] if self.policy_version is not None else None,
             old_logprobs=[self.old_logprobs[r] for r in pick] if self.old_logprobs is not None else None,
             extras=self.extras,
         )

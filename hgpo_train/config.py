@@ -247,6 +247,11 @@ class TrainConfig(Section):
     """``auto`` (cuda when available), ``cpu``, ``cuda`` or ``cuda:N``."""
     threads: int | None = None
     """torch CPU threads (None: torch's default)."""
+    async_staleness: NonNegativeInt = 0
+    """0: synchronous, each rollout sampled by the policy it trains. N >= 1: the next iterations'
+    rollouts are collected while the trainer updates, at most N iterations ahead, so their tokens
+    are at most N policy versions old (whole iterations: groups stay whole and train in order;
+    docs/training/index.md, "Asynchronous training")."""
 
 
 class EvalConfig(Section):

@@ -121,7 +121,9 @@ def _strip_after_end(ids: list[int], end_ids: set[int], pad_id: int) -> list[int
 
 
 class HFGenerator:
-    """Batched sampling with ``model.generate`` on the training model itself (no weight sync)."""
+    """Batched sampling with ``model.generate`` on the training model itself (no weight sync), or
+    on a copy of it that :meth:`sync_weights` refreshes (asynchronous training samples while the
+    trained model changes)."""
 
     def __init__(self, model: Any, tokenizer: Any, config: GenerationConfig, response_format: str) -> None:
         self.model = model
@@ -131,7 +133,10 @@ class HFGenerator:
         self.end_ids = self.encoder.end_ids
 
     def sync_weights(self, model: Any) -> None:
-        """Nothing to do: generation runs on the trained model."""
+        """Copy the trained ``model``'s weights into the generating copy; nothing when generation
+        runs on ``model`` itself."""
+        if model is not self.model:
+            self.model.load_state_dict(model.state_dict())
 
     @torch.no_grad()
     def generate(

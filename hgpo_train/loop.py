@@ -64,21 +64,41 @@ def rows_to_train(
 
 
 def iteration_metrics(
-    batch: StepBatch, credit: StepCredit, config: AdvantageConfig, rollout_s: float, advantage_s: float
+    iteration: int,
+    batch: StepBatch,
+    credit: StepCredit,
+    config: AdvantageConfig,
+    advantage_s: float,
 ) -> dict[str, float]:
     """What every iteration logs on both backends, under the same names: the rollout's figures,
-    the credit's, and the rollout's times and throughput. Each backend adds its update's."""
+    the credit's, how stale its samples are, and the rollout's times and throughput. Each backend
+    adds its update's. The rollout's seconds are its own (``batch.extras["timing"]``), also when
+    it ran while the trainer updated."""
     timing = batch.extras["timing"]
+    rollout_s = timing["rollout_s"]
     tokens = int(batch.prompt_lengths.sum() + batch.response_lengths.sum())
     return {
         **batch.metrics(),
         **credit_metrics(batch, credit, config),
+        **staleness_metrics(iteration, batch),
         "time/rollout_s": rollout_s,
         "time/env_s": timing["env_s"],
         "time/generate_s": timing["generate_s"],
         "time/advantage_s": advantage_s,
         "throughput/steps_per_s": len(batch) / max(rollout_s, 1e-9),
         "throughput/tokens_per_s": tokens / max(rollout_s, 1e-9),
+    }
+
+
+def staleness_metrics(iteration: int, batch: StepBatch) -> dict[str, float]:
+    """How many updates behind the policy trained at 0-based ``iteration`` (version ``iteration``)
+    the weights that sampled the batch were (:mod:`hgpo_train.overlap`): 0 in a synchronous run."""
+    if batch.policy_version is None or not len(batch):
+        return {}
+    staleness = iteration - batch.policy_version
+    return {
+        "rollout/staleness_mean": float(staleness.mean()),
+        "rollout/staleness_max": float(staleness.max()),
     }
 
 

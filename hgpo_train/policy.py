@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,10 +51,15 @@ def load_run_policy(
 
 
 def build_generator(config: Config, loaded: LoadedPolicy) -> Any:
-    """The configured generation backend, holding the loaded policy's current weights."""
+    """The configured generation backend, holding the loaded policy's current weights. The ``hf``
+    backend samples with the trained model itself, or, in an asynchronous run (whose rollouts
+    sample while the update changes the model), with a frozen copy of it."""
+    model = loaded.model
+    if config.generation.backend == "hf" and config.train.async_staleness:
+        model = copy.deepcopy(model).requires_grad_(False)
     generator = make_generator(
         config.generation.backend,
-        loaded.model,
+        model,
         loaded.tokenizer,
         config.generation,
         config.env.response_format,

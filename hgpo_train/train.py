@@ -46,6 +46,7 @@ from hgpo_train.loop import (
     timed_credit,
 )
 from hgpo_train.modeling import Reference, load_policy, resolve_device
+from hgpo_train.overlap import EngineWeights, InOrder, Rollouts, rollout_source
 from hgpo_train.policy import build_generator, load_run_policy
 from hgpo_train.provenance import record_start
 from hgpo_train.resume import check_resumed_config
@@ -143,6 +144,10 @@ class Trainer:
         self.advantage_state = checkpoint_advantage_state(checkpoint) if checkpoint is not None else None
         """What the estimator carries into the next iteration (MVPO's), saved with each checkpoint."""
         self.generator = build_generator(config, loaded)
+        self.weights = EngineWeights(self.start_iteration)
+        """The generator's weights: their version, and the lock a rollout holds while it samples."""
+        self.rollouts: Rollouts = InOrder(self._collect, self.weights)
+        """Where iterations get their batches (:meth:`fit` collects ahead in an asynchronous run)."""
         end_id = end_token_id(self.tokenizer)
         self.updater = PolicyUpdater(
             self.model,
@@ -170,14 +175,11 @@ class Trainer:
 
     # ----------------------------------------------------------------- one iteration
     def run_iteration(self, iteration: int) -> IterationResult:
-        """Collect, estimate advantages and update; ``iteration`` is 0-based."""
-        seed = iteration_seed(self.config.train.seed, iteration)
-        rng = np.random.default_rng(seed)
-        seeds, task_ids = draw_group_tasks(rng, self.config.env.num_groups, self.num_tasks)
-
+        """Collect (or take the rollout collected ahead), estimate advantages and update;
+        ``iteration`` is 0-based."""
         start = time.perf_counter()
-        batch = self._collect(iteration, seed, seeds, task_ids)
-        rollout_s = time.perf_counter() - start
+        batch = self.rollouts.take(iteration)
+        wait_s = time.perf_counter() - start
 
         credit, advantage_s = timed_credit(batch, self.config.advantage, self.advantage_state)
         self.advantage_state = credit.carried()
@@ -187,15 +189,17 @@ class Trainer:
         self.wait_for_save()  # the last iteration's checkpoint, written while this rollout ran
         trained, trained_advantages = rows_to_train(batch, advantages, self.config.update)
         self.status(f"update on {len(trained)} steps")
+        rng, _, _ = self._draws(iteration)  # mini-batch order: the generator after the tasks' draws
         update_metrics = self.updater.update(trained, trained_advantages, rng)
         update_s = time.perf_counter() - start
         start = time.perf_counter()
-        self.generator.sync_weights(self.model)
+        self.weights.replace(lambda: self.generator.sync_weights(self.model), iteration + 1)
         sync_s = time.perf_counter() - start
 
         metrics = {
-            **iteration_metrics(batch, credit, self.config.advantage, rollout_s, advantage_s),
+            **iteration_metrics(iteration, batch, credit, self.config.advantage, advantage_s),
             **update_metrics,
+            "time/rollout_wait_s": wait_s,
             "time/update_s": update_s,
             "time/sync_s": sync_s,
         }
@@ -204,13 +208,20 @@ class Trainer:
     def train_iteration(self, iteration: int) -> dict[str, float]:
         return self.run_iteration(iteration).metrics
 
-    def _collect(self, iteration: int, seed: int, seeds: list[int], task_ids: list[int] | None) -> StepBatch:
+    def _draws(self, iteration: int) -> tuple[np.random.Generator, list[int], list[int] | None]:
+        """The iteration's generator, after it drew the groups' seeds and task ids (returned)."""
+        rng = np.random.default_rng(iteration_seed(self.config.train.seed, iteration))
+        return rng, *draw_group_tasks(rng, self.config.env.num_groups, self.num_tasks)
+
+    def _collect(self, iteration: int, abandon: Callable[[], bool]) -> StepBatch:
         """The iteration's rollouts (:func:`~hgpo_train.rollout.collect_with_retries`: a pool
-        that raises is given it again from the same seed, so resume stays exact). A stop request
-        abandons it (:class:`RolloutStopped`)."""
+        that raises is given it again from the same seed, so resume stays exact). A stop request,
+        or ``abandon()``, abandons it (:class:`RolloutStopped`)."""
+        seed = iteration_seed(self.config.train.seed, iteration)
+        _, seeds, task_ids = self._draws(iteration)
 
         def on_turn(turn: int, running: int, steps: int) -> None:
-            if self.stop_requested():
+            if self.stop_requested() or abandon():
                 raise RolloutStopped
             self.status(
                 f"rollout turn {turn}: {running}/{self.pool.num_envs} episodes running, {steps} steps"
@@ -250,6 +261,13 @@ class Trainer:
             progress.update(1)
 
         self.status = lambda text: progress.set_description_str(text, refresh=True)
+        self.rollouts = rollout_source(
+            self._collect,
+            self.weights,
+            start=self.start_iteration,
+            stop=cfg.iterations,
+            staleness=cfg.async_staleness,
+        )
         try:
             return run_iterations(
                 self,
@@ -260,6 +278,8 @@ class Trainer:
                 on_logged=logged,
             )
         finally:
+            self.rollouts.close()
+            self.rollouts = InOrder(self._collect, self.weights)
             self.status = _quiet
             progress.close()
 
@@ -267,7 +287,8 @@ class Trainer:
         """The policy after ``iteration`` on the eval panel: its metrics (``eval/``), and its results
         file in the run folder (:meth:`Evaluator.record`)."""
         self.status("evaluation")
-        return self.evaluator.record(iteration, self.run_dir).metrics("eval/")
+        with self.weights.sampling():  # the generator is the rollouts' too
+            return self.evaluator.record(iteration, self.run_dir).metrics("eval/")
 
     def stop_requested(self) -> bool:
         return stop_requested(self.run_dir)

@@ -68,9 +68,9 @@ def verifying_trainer(skip_sync_at: int | None = None) -> Any:
 
         maker_class = RecordingMaker
 
-        def collect(self, iteration: int) -> Any:
+        def collect(self, iteration: int, abandon: Any) -> Any:
             if not hasattr(self, "fixed_batch"):
-                self.fixed_batch = super().collect(iteration)
+                self.fixed_batch = super().collect(iteration, abandon)
                 self.experience_maker.records = []
             return self.fixed_batch
 

@@ -117,6 +117,32 @@ LOCKBOX = TextEnvSpec(
 )
 
 
+class Hourglass(gym.Env):
+    """Runs out after a number of turns its seed sets, whatever the agent does: short tasks and
+    long ones, for the share of a batch's steps each kind gets."""
+
+    LENGTHS = (2, 8)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.length, self.turns = self.LENGTHS[int(self.np_random.integers(2))], 0
+        return f"An hourglass of {self.length} turns.", {}
+
+    def step(self, action):
+        self.turns += 1
+        done = self.turns == self.length
+        return f"Turn {self.turns}.", float(done and action == "wait"), done, False, {}
+
+
+HOURGLASS = TextEnvSpec(
+    family="hourglass",
+    intro="You watch an hourglass.",
+    task=lambda raw: "Wait for the sand to run out.",
+    admissible=lambda raw: ["wait", "flip"],
+    task_key=lambda raw: raw.env.length,
+)
+
+
 def slow_dial(split: str = "train") -> Dial:
     """A dial that takes a while to build, as envs that load a catalog or a game set do."""
     time.sleep(0.3)
@@ -128,6 +154,7 @@ hgpo_env.register_text_env(
     "TestSlowDial-v0", slow_dial, dataclasses.replace(SPEC, num_tasks=400, splits=("train", "eval"))
 )
 hgpo_env.register_text_env("TestLockbox-v0", ExpertLockbox, LOCKBOX)
+hgpo_env.register_text_env("TestHourglass-v0", Hourglass, HOURGLASS)
 hgpo_env.register_text_env("TestLockboxPlainKey-v0", Lockbox, dataclasses.replace(LOCKBOX, task_key=None))
 hgpo_env.register_text_env("TestStuckLockbox-v0", StuckLockbox, LOCKBOX)
 hgpo_env.register_text_env("TestGlobalLockbox-v0", GlobalLockbox, LOCKBOX, isolate_rng=False)

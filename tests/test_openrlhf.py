@@ -346,6 +346,19 @@ def test_required_resources_follow_the_launchers_placement() -> None:
     assert required_cpus(config, cluster) == 2 + 1 + config.env.num_workers  # bundles, controller, envs
 
 
+def test_an_asynchronous_run_resolves_to_openrlhf_async_mode(capsys: pytest.CaptureFixture[str]) -> None:
+    """``train.async_staleness: 1`` on the paper's colocated config: OpenRLHF's async mode (its
+    parser accepts it), no sleeping engines (they generate during the update), and the engines'
+    GPUs counted apart from the policy's."""
+    argv = ["--backend", "openrlhf", "--config", PAPER_CONFIGS[0], "--dry-run", "train.async_staleness=1"]
+    assert main([*argv, "train.output_dir=runs/x"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    resolved = out["resolved"]
+    assert resolved["train"]["async_enable"] is True and resolved["train"]["colocate_all"] is True
+    assert resolved["vllm"]["enable_sleep"] is False and resolved["ds"]["enable_sleep"] is False
+    assert out["required_gpus"] == 4  # 2 policy/reference ranks + 2 engines
+
+
 def test_placement_is_checked_per_node_not_summed() -> None:
     """The hang of two 1-CPU nodes: the cluster's sums suffice, the controller's node has no room."""
     from hgpo_train.openrlhf.placement import demands, unplaced

@@ -13,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import threading
 import time
 import zlib
+from collections import defaultdict
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -39,7 +41,8 @@ with stubbed_gpu_packages():
     from hgpo_train.generation import PromptTooLongError
     from hgpo_train.openrlhf.engines import EngineGenerator
     from hgpo_train.openrlhf.samples import step_experiences
-    from hgpo_train.openrlhf.trainer import HGPOTrainer, trainer_actor
+    from hgpo_train.openrlhf.trainer import EngineLock, HGPOTrainer, trainer_actor
+    from hgpo_train.overlap import EngineWeights
 
 IM_END, EOS = 256, 257
 RESPONSES = [
@@ -239,24 +242,45 @@ def test_prompt_longer_than_max_len_is_a_clear_error(cluster: None, config: Any)
         generator.generate(["a long prompt than ten tokens"])
 
 
-class RecordingTrainer(HGPOTrainer):
-    """HGPOTrainer with OpenRLHF's GPU steps replaced by recorders (no DeepSpeed, no vLLM)."""
+class RecordingGroup:
+    """The policy's actor group as OpenRLHF's ``broadcast_to_vllm`` calls it, recording the call."""
 
-    def collect(self, iteration: int) -> Any:
-        self.batch = super().collect(iteration)
-        return self.batch
+    def __init__(self, calls: list[tuple[Any, ...]]) -> None:
+        self.calls = calls
+
+    def async_run_method(self, method_name: str, **kwargs: Any) -> list[Any]:
+        self.calls.append(("broadcast",) if method_name == "broadcast_to_vllm" else (method_name,))
+        return []
+
+
+class RecordingTrainer(HGPOTrainer):
+    """HGPOTrainer with OpenRLHF's GPU steps replaced by recorders (no DeepSpeed, no vLLM).
+
+    ``train_step`` waits up to ``overlap_wait`` s for the next iteration's rollout to start (an
+    asynchronous run's rollout runs during the update) and then, as OpenRLHF's does, syncs."""
+
+    overlap_wait = 0.0
+
+    def collect(self, iteration: int, abandon: Any) -> Any:
+        self.calls.append(("collect", iteration))
+        self.started[iteration].set()
+        return super().collect(iteration, abandon)
 
     def train_step(self, rollout_samples: list[Any], global_step: int) -> tuple[dict[str, Any], int]:
         experiences = self.experience_maker.compute_advantages_and_returns(
             self.experience_maker.split_rollout_samples(rollout_samples)
         )
         # what the PPO update would get: the advantages of this iteration's batch
-        assert_experience_advantages(experiences, self.batch, self.config.advantage)
+        assert_experience_advantages(experiences, self.trained, self.config.advantage)
         self.calls.append(("train_step", global_step, len(rollout_samples), len(experiences)))
+        if global_step + 1 < self.config.train.iterations:
+            self.started[global_step + 1].wait(self.overlap_wait)
+        self.broadcast_to_vllm()
         return {"policy_loss": 0.25, "timing/ppo_train": 0.1, "rollout/reward_mean": 9.0}, global_step + 1
 
-    def broadcast_to_vllm(self) -> None:
-        self.calls.append(("broadcast",))
+    def make_samples(self, batch: Any, advantages: Any) -> Any:
+        self.trained = batch
+        return super().make_samples(batch, advantages)
 
     def start_save(self, iteration: int) -> None:
         self.calls.append(("save", iteration))
@@ -275,6 +299,10 @@ def recording_trainer(config: Any, resume_from: int) -> RecordingTrainer:
         [],
         resume_from,
     )
+    trainer.actor_model_group = RecordingGroup(trainer.calls)
+    trainer.vllm_engines = []
+    trainer.weights = EngineWeights(0, EngineLock() if config.train.async_staleness else None)
+    trainer.started = defaultdict(threading.Event)
     trainer.generator = engine_generator(config, [FakeEngine.remote(0)])
     trainer.pool = ray_pool(config)
     trainer.num_tasks = count_tasks(config.env)
@@ -293,19 +321,42 @@ def test_controller_loop_logs_saves_and_resumes(cluster: None, config: Any) -> N
     trainer.fit()
     steps = [c for c in trainer.calls if c[0] == "train_step"]
     assert [c[1] for c in steps] == [0, 1] and all(c[2] % 8 == 0 and c[3] == c[2] // 2 for c in steps)
-    assert (
-        ("save", 1) in trainer.calls and ("save", 2) in trainer.calls and ("broadcast",) not in trainer.calls
-    )
+    assert ("save", 1) in trainer.calls and ("save", 2) in trainer.calls
+    assert [c[0] for c in trainer.calls if c[0] != "save"] == ["collect", "train_step", "broadcast"] * 2
     records = read_metrics(trainer.run_dir / "metrics.jsonl")
     assert [r["iteration"] for r in records] == [1, 2]
     assert records[0]["update/loss"] == 0.25 and records[0]["rollout/step_samples"] == 18
     assert "rollout/reward_mean" not in records[0] and records[0]["rollout/padding_samples"] == 6
+    assert all(r["rollout/staleness_max"] == 0 for r in records)  # synchronous: sampled by the trained policy
 
     resumed = recording_trainer(config.model_copy(), resume_from=1)
     resumed.fit()
     assert resumed.calls[0] == ("broadcast",)  # the engines get the checkpoint's weights first
     assert [c[1] for c in resumed.calls if c[0] == "train_step"] == [1]
     assert [r["iteration"] for r in read_metrics(resumed.run_dir / "metrics.jsonl")] == [1, 2]
+    assert read_metrics(resumed.run_dir / "metrics.jsonl")[-1]["rollout/staleness_max"] == 0
+
+
+def test_an_asynchronous_controller_samples_the_next_rollout_during_the_update(
+    cluster: None, config: Any
+) -> None:
+    """``train.async_staleness: 1``: iteration i+1's rollout starts while update i runs, under the
+    engines' weights of version i (the sync waits for it on OpenRLHF's VLLMLock), so its steps are
+    exactly one version stale; the first rollout is fresh. Same tasks, whole groups."""
+    from hgpo_train.tracking import read_metrics
+
+    train = config.train.model_copy(update={"async_staleness": 1, "iterations": 3})
+    config = config.model_copy(update={"train": train})
+    trainer = recording_trainer(config, resume_from=0)
+    trainer.overlap_wait = 60.0
+    trainer.fit()
+    calls = trainer.calls
+    syncs = [k for k, call in enumerate(calls) if call == ("broadcast",)]
+    assert all(calls.index(("collect", i + 1)) < syncs[i] for i in range(2))  # the rollout ahead began first
+    records = read_metrics(trainer.run_dir / "metrics.jsonl")
+    assert [r["rollout/staleness_max"] for r in records] == [0, 1, 1]
+    assert [r["rollout/staleness_mean"] for r in records] == [0, 1, 1]
+    assert all(r["rollout/step_samples"] == 18 for r in records)  # every group whole, every step in
 
 
 def test_trainer_actor_is_bound_to_the_run_and_pinned_to_this_node(cluster: None, config: Any) -> None:

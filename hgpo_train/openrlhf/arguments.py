@@ -121,8 +121,13 @@ def openrlhf_argv(
         "--ckpt.save_steps",
         "-1",
     ]
-    sleep = cluster.colocate_all and cluster.device == "cuda"  # vLLM cannot sleep on CPU
+    overlap = config.train.async_staleness > 0
+    # vLLM cannot sleep on CPU, nor while it generates beside the update
+    sleep = cluster.colocate_all and cluster.device == "cuda" and not overlap
     flags = {
+        # OpenRLHF's async mode: engines of their own (not in the policy's placement group), and
+        # the weight sync over its broadcast group (CUDA IPC is for colocated engines)
+        "--train.async_enable": overlap,
         "--train.colocate_all": cluster.colocate_all,
         "--train.colocate_actor_ref": not cluster.colocate_all and update.kl_coef > 0,
         "--vllm.enable_sleep": sleep,
@@ -196,12 +201,18 @@ def resolve(argv: list[str]) -> SimpleNamespace:
 def launch(argv: list[str], trainer_class: Any) -> None:
     """Run OpenRLHF's launcher with ``trainer_class`` (a Ray actor class) as its PPOTrainer.
 
-    ``train()`` imports ``PPOTrainer`` from ``openrlhf.trainer.ppo_trainer`` when it is called
-    (train_ppo_ray.py line 148), so replacing the module attribute first substitutes ours.
+    ``train()`` imports ``PPOTrainer`` from ``openrlhf.trainer.ppo_trainer``, or with
+    ``--train.async_enable`` ``PPOTrainerAsync`` from ``openrlhf.trainer.ppo_trainer_async``, when
+    it is called (train_ppo_ray.py lines 145-148), so replacing both module attributes first
+    substitutes ours: it overlaps generation with the update itself (:mod:`hgpo_train.overlap`).
     """
-    from openrlhf.trainer import ppo_trainer
+    from openrlhf.trainer import ppo_trainer, ppo_trainer_async
 
-    with _argv(argv), mock.patch.object(ppo_trainer, "PPOTrainer", trainer_class):
+    with (
+        _argv(argv),
+        mock.patch.object(ppo_trainer, "PPOTrainer", trainer_class),
+        mock.patch.object(ppo_trainer_async, "PPOTrainerAsync", trainer_class),
+    ):
         runpy.run_module(CLI_MODULE, run_name="__main__")
 
 

@@ -37,11 +37,12 @@ def demands(config: Config, cluster: OpenRLHFConfig, driver_node: str | None = N
 
     Policy and reference share one {GPU: 1, CPU: 1} bundle per data-parallel rank (OpenRLHF's
     ``colocate_all`` or ``colocate_actor_ref``, as the backend sets them); the engines share those
-    bundles when colocated and get their own otherwise; then the controller (1 CPU on the
-    driver's node) and the env worker actors.
+    bundles when colocated in a synchronous run and get their own otherwise (an asynchronous run
+    generates while the policy trains); then the controller (1 CPU on the driver's node) and the
+    env worker actors.
     """
     out = [Demand(f"policy/reference rank {r}", 1.0, 1.0) for r in range(cluster.dp_size)]
-    if not cluster.colocate_all:
+    if not cluster.colocate_all or config.train.async_staleness:
         engine_gpus = cluster.vllm_num_engines * cluster.vllm_tensor_parallel_size
         out += [Demand(f"vLLM engine GPU {g}", 1.0, 1.0) for g in range(engine_gpus)]
     out.append(Demand("the controller (HGPOTrainer)", 1.0, node=driver_node))

@@ -25,7 +25,7 @@ import shutil
 import sys
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ClassVar
@@ -57,6 +57,7 @@ from hgpo_train.openrlhf.gap import gap_metrics, policy_logprobs, probe_rows, sc
 from hgpo_train.openrlhf.padding import pad_multiple
 from hgpo_train.openrlhf.resume import COMPLETE, tag_iteration
 from hgpo_train.openrlhf.samples import SampleLayout, step_experiences
+from hgpo_train.overlap import EngineWeights, rollout_source
 from hgpo_train.rollout import collect_with_retries, count_tasks, make_pool, progress_lines
 from hgpo_train.stopping import RolloutStopped, stop_requested
 from hgpo_train.tracking import MetricsLogger
@@ -100,6 +101,22 @@ def status_metrics(status: dict[str, Any]) -> dict[str, float]:
     if "policy_loss" in status:
         out["update/loss"] = float(status["policy_loss"])
     return out
+
+
+class EngineLock:
+    """OpenRLHF's ``VLLMLock`` (its asynchronous trainer's mutex between generation and the weight
+    broadcast, an actor granting in order) as a context manager."""
+
+    def __init__(self) -> None:
+        from openrlhf.trainer.ppo_trainer_async import VLLMLock
+
+        self.actor = VLLMLock.remote()
+
+    def __enter__(self) -> None:
+        ray.get(self.actor.acquire.remote())
+
+    def __exit__(self, *exc: object) -> None:
+        ray.get(self.actor.release.remote())
 
 
 def summary_line(done: int, iterations: int, metrics: dict[str, float]) -> str:
@@ -198,6 +215,10 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         self.saving_tag = ""
         """The tag of that checkpoint (``global_stepN``)."""
         self.constraints = start_store() if config.generation.constrained else None
+        self.policy_version = 0
+        """Updates the DeepSpeed policy has had (its weights' version, :mod:`hgpo_train.overlap`)."""
+        self.weights = EngineWeights(0, EngineLock() if config.train.async_staleness else None)
+        """The engines' weights' version, and the lock a rollout holds while it samples with them."""
         self.measure_gap = config.generation.temperature == 1.0
         if not self.measure_gap:
             print(
@@ -226,15 +247,16 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
             if asleep:
                 batch_vllm_engine_call(self.vllm_engines, "sleep")
 
-    def collect(self, iteration: int) -> StepBatch:
+    def collect(self, iteration: int, abandon: Callable[[], bool]) -> StepBatch:
         """Play one episode in every env, group seeds drawn from ``(train.seed, iteration)``; a pool
-        that raises is given the rollout again, as the local trainer does."""
+        that raises is given the rollout again, as the local trainer does. A stop request, or
+        ``abandon()``, abandons it (:class:`RolloutStopped`)."""
         rng = np.random.default_rng(iteration_seed(self.config.train.seed, iteration))
         seeds, task_ids = draw_group_tasks(rng, self.config.env.num_groups, self.num_tasks)
         progress = progress_lines(f"iteration {iteration + 1} rollout", self.pool.num_envs)
 
         def on_turn(turn: int, running: int, steps: int) -> None:
-            if self.stop_requested():  # a preemption's grace period is shorter than a rollout
+            if self.stop_requested() or abandon():  # a preemption's grace period is shorter than a rollout
                 raise RolloutStopped
             progress(turn, running, steps)
 
@@ -286,15 +308,21 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
     def evaluate(self, global_step: int = 0, **_: Any) -> dict[str, float]:
         """The policy after iteration ``global_step`` on the eval panel, its results file kept
         in the run folder as the local trainer keeps it."""
-        with self._engines_awake():
+        with self.weights.sampling(), self._engines_awake():
             return self.evaluator.record(global_step, self.run_dir).metrics("eval/")
+
+    def broadcast_to_vllm(self) -> None:
+        """OpenRLHF's weight sync, once no rollout samples (:class:`EngineWeights`); the engines
+        then hold the policy's weights, of version :attr:`policy_version`."""
+        self.weights.replace(super().broadcast_to_vllm, self.policy_version)
 
     # ----------------------------------------------------------------- one iteration
     def train_iteration(self, iteration: int) -> dict[str, float]:
-        """Collect, credit, make experiences, update, sync weights; 0-based."""
+        """Collect (or take the rollout collected ahead), credit, make experiences, update, sync
+        weights; 0-based."""
         start = time.perf_counter()
-        batch = self.collect(iteration)
-        rollout_s = time.perf_counter() - start
+        batch = self.rollouts.take(iteration)
+        wait_s = time.perf_counter() - start
         credit, advantage_s = timed_credit(batch, self.config.advantage, self.advantage_state)
         self.advantage_state = credit.carried()
         began = time.perf_counter()
@@ -305,12 +333,14 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         samples, layout = self.make_samples(trained, advantages)
         self.wait_for_save()  # the update changes what it writes
         print(f"iteration {iteration + 1}: update on {len(trained)} steps", file=sys.stderr, flush=True)
+        self.policy_version = iteration + 1  # train_step updates the policy, then broadcasts it
         status, _ = self.train_step(samples, iteration)
         return {
-            **iteration_metrics(batch, credit, self.config.advantage, rollout_s, advantage_s),
+            **iteration_metrics(iteration, batch, credit, self.config.advantage, advantage_s),
             **status_metrics(status),
             **gap,
             "rollout/padding_samples": float(layout.padding.sum()),
+            "time/rollout_wait_s": wait_s,
             "time/engine_gap_s": gap_s,
         }
 
@@ -362,8 +392,12 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         cfg = self.config.train
         states = self.init_checkpoint_states()
         start, self.advantage_state = int(states.get("global_step", 0)), states.get("advantage_state")
+        self.policy_version = start
         if start:
             self.broadcast_to_vllm()  # the engines still hold the base weights
+        self.rollouts = rollout_source(
+            self.collect, self.weights, start=start, stop=cfg.iterations, staleness=cfg.async_staleness
+        )
         logger = MetricsLogger(
             self.run_dir, self.config.logging, start_iteration=start, run_config=self.config.to_dict()
         )
@@ -379,6 +413,7 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
                 ),
             )
         finally:
+            self.rollouts.close()
             logger.close()
             self.pool.close()
             self.evaluator.close()
