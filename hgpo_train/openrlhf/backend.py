@@ -329,10 +329,14 @@ def run_summary(config: Config, cluster: OpenRLHFConfig, log: Path) -> str:
         f"{config.model.name_or_path}, {config.train.iterations} iterations of {env.num_groups} groups "
         f"x {env.group_size} episodes"
     )
+    overlap = config.train.async_staleness
+    placed = ""
+    if cluster.colocate_all:
+        placed = ", engines on GPUs of their own (asynchronous)" if overlap else ", colocated"
     where = (
         f"on: {cluster.ray_address or 'a local Ray cluster'}, {cluster.num_nodes} node(s) x "
-        f"{cluster.gpus_per_node} GPU ({cluster.device}), {engines} vLLM engine(s)"
-        + (", colocated" if cluster.colocate_all else "")
+        f"{cluster.gpus_per_node} GPU ({cluster.device}), {engines} vLLM engine(s){placed}"
+        + (f"; rollouts up to {overlap} iteration(s) ahead of the update" if overlap else "")
     )
     return f"{what}\n{where}\nlog: {log} (Ray, vLLM, DeepSpeed and OpenRLHF; --verbose shows them here)"
 

@@ -191,7 +191,8 @@ def test_sigterm_in_a_rollout_or_an_update_loses_no_completed_iteration(ray_tmp:
     In iteration 2's rollout: the rollout is abandoned and the run stops at once, well within the
     grace period, at iteration 1's checkpoint. Then, resumed, in iteration 3's update with no
     grace at all (``openrlhf.stop_grace_s=0``, as an update longer than the grace): the driver
-    exits at once, and iteration 2 is kept (every iteration is checkpointed). A third run finishes.
+    exits at once, and iteration 2 is kept (every iteration is checkpointed). A third run
+    finishes, asynchronously (``train.async_staleness=1``).
     """
     (tmp_path / "configs").symlink_to(REPO / "configs")
     out = tmp_path / "run"
@@ -231,11 +232,20 @@ def test_sigterm_in_a_rollout_or_an_update_loses_no_completed_iteration(ray_tmp:
     kept = sorted(p.name for p in latest.parent.glob("global_step*"))
     assert kept == [f"global_step{found[1]}"], kept  # save_every=0 keeps only the newest
 
-    third = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=540, check=False)
+    # the rest asynchronously (OpenRLHF's async mode: the engine apart from the policy, the sync
+    # over the broadcast group): the first rollout fresh, then each sampled during the update
+    # before it, one version behind
+    asynchronous = [*command, "train.async_staleness=1", "--allow-config-change"]
+    third = subprocess.run(
+        asynchronous, cwd=tmp_path, capture_output=True, text=True, timeout=540, check=False
+    )
     assert third.returncode == 0, third.stderr[-3000:]
-    assert f"(iteration {found[1]})" in third.stderr
-    logged = [r["iteration"] for r in read_metrics(out / "metrics.jsonl")]
-    assert logged == list(range(1, ITERATIONS + 1)), logged  # no gap, no duplicate
+    assert f"(iteration {found[1]})" in third.stderr and "(asynchronous)" in third.stderr
+    records = read_metrics(out / "metrics.jsonl")
+    assert [r["iteration"] for r in records] == list(range(1, ITERATIONS + 1))  # no gap, no duplicate
+    resumed = [r for r in records if r["iteration"] > int(found[1])]
+    assert [r["rollout/staleness_max"] for r in resumed] == [0] + [1] * (len(resumed) - 1), resumed
+    assert all(r["engine_gap/mean"] < 1e-3 for r in resumed)  # the engine follows every sync
 
 
 def test_sigterm_before_the_run_started_is_one_line(ray_tmp: str, tmp_path: Path) -> None:
