@@ -88,13 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--step-ms", type=float, default=20.0, help="the wait before each step of env (b)")
     parser.add_argument("overrides", nargs="*", help="section.field=value, on top of configs/rooms_demo.yaml")
     args = parser.parse_args(argv)
-    envs = {
-        "rooms": [],
-        f"rooms + {args.step_ms:g} ms wait": [
-            f"env.name=agent_loop_throughput:{SLOW_ID}",
-            f"env.kwargs.{STEP_MS_VAR}={args.step_ms}",
-        ],
-    }
+    envs = compared_envs(args.step_ms)
     print(f"config {CONFIG.name} {' '.join(args.overrides)}; {args.rounds} paired rounds")
     for label, env_overrides in envs.items():
         with tempfile.TemporaryDirectory() as run_dir:
@@ -122,16 +116,35 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"\n({label}) {envs_n} envs, {config.env.num_workers} workers, {config.generation.batch_size} prompts per call"
         )
-        for mode, rows in results.items():
-            rates = [r for r, _ in rows]
-            idle = statistics.mean(i for _, i in rows)
-            print(
-                f"  {mode:<12} env steps/s {statistics.median(rates):7.1f} "
-                f"(min {min(rates):.1f}, max {max(rates):.1f})   generator idle {100 * idle:5.1f}%"
-            )
-        ratios = [p[0] / s[0] for s, p in zip(results["lockstep"], results["per_episode"])]
-        print(f"  speedup: {statistics.median(ratios):.2f} (rounds {', '.join(f'{r:.2f}' for r in ratios)})")
+        report(results, ["generator idle"], baseline="lockstep", candidate="per_episode")
     return 0
+
+
+def compared_envs(step_ms: float) -> dict[str, list[str]]:
+    """The two envs the throughput benchmarks compare, as config overrides by label: (a) Rooms and
+    (b) Rooms whose every step first waits ``step_ms``."""
+    slow = [f"env.name=agent_loop_throughput:{SLOW_ID}", f"env.kwargs.{STEP_MS_VAR}={step_ms}"]
+    return {"rooms": [], f"rooms + {step_ms:g} ms wait": slow}
+
+
+def report(
+    results: dict[str, list[tuple[float, ...]]], shares: list[str], *, baseline: str, candidate: str
+) -> None:
+    """Per mode, the median env steps/s of its rounds (each round's first figure) and the mean of
+    each of its ``shares`` (the figures after it); then ``candidate``'s speedup over ``baseline``,
+    the median of paired rounds."""
+    for mode, rows in results.items():
+        rates = [row[0] for row in rows]
+        shown = "".join(
+            f"   {name} {100 * statistics.mean(row[k + 1] for row in rows):5.1f}%"
+            for k, name in enumerate(shares)
+        )
+        print(
+            f"  {mode:<12} env steps/s {statistics.median(rates):7.1f} "
+            f"(min {min(rates):.1f}, max {max(rates):.1f}){shown}"
+        )
+    ratios = [c[0] / b[0] for b, c in zip(results[baseline], results[candidate])]
+    print(f"  speedup: {statistics.median(ratios):.2f} (rounds {', '.join(f'{r:.2f}' for r in ratios)})")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,7 +29,7 @@ BENCHMARKS = Path(__file__).resolve().parent
 REPO = BENCHMARKS.parent
 sys.path.insert(0, str(REPO))  # run from a checkout
 
-from agent_loop_throughput import SLOW_ID, STEP_MS_VAR
+from agent_loop_throughput import compared_envs, report
 
 CONFIGS = {"local": "configs/rooms_demo.yaml", "openrlhf": "configs/openrlhf_rooms_cpu.yaml"}
 MODES = {"sync": 0, "async": 1}
@@ -72,14 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--step-ms", type=float, default=20.0, help="the wait before each step of env (b)")
     parser.add_argument("overrides", nargs="*", help="section.field=value, on top of the config")
     args = parser.parse_args(argv)
-    envs = {
-        "rooms": [],
-        f"rooms + {args.step_ms:g} ms wait": [
-            f"env.name=agent_loop_throughput:{SLOW_ID}",
-            f"env.kwargs.{STEP_MS_VAR}={args.step_ms}",
-            "env.num_workers=8",  # sleeping steps cost no CPU: a worker per 8 envs
-        ],
-    }
+    envs = compared_envs(args.step_ms)
+    envs[f"rooms + {args.step_ms:g} ms wait"].append("env.num_workers=8")  # sleeping steps cost no CPU
     common = [
         "generation.agent_loop=per_episode",
         f"train.iterations={args.iterations}",
@@ -101,15 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                 overrides = [*common, *env_overrides, *args.overrides, f"train.async_staleness={staleness}"]
                 results[mode].append(measure(args.backend, overrides))
         print(f"\n({label})")
-        for mode, rows in results.items():
-            rates = [r for r, _, _ in rows]
-            print(
-                f"  {mode:<6} env steps/s {statistics.median(rates):7.1f} (min {min(rates):.1f}, max {max(rates):.1f})"
-                f"   no rollout running {100 * statistics.mean(g for _, g, _ in rows):5.1f}%"
-                f"   trainer waiting {100 * statistics.mean(t for _, _, t in rows):5.1f}%"
-            )
-        ratios = [a[0] / s[0] for s, a in zip(results["sync"], results["async"])]
-        print(f"  speedup: {statistics.median(ratios):.2f} (rounds {', '.join(f'{r:.2f}' for r in ratios)})")
+        report(results, ["no rollout running", "trainer waiting"], baseline="sync", candidate="async")
     return 0
 
 
