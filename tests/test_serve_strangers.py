@@ -490,7 +490,9 @@ def non_reader(url: str, source: str) -> socket.socket:
     message = {"type": "reset", "data": {"seed": 0}}
     sock.sendall(Frame(Opcode.TEXT, json.dumps(message).encode()).serialize(mask=True))
     state = Frame(Opcode.TEXT, b'{"type": "state"}').serialize(mask=True)
-    sock.settimeout(0.5)
+    # the server has stopped reading once a send waits this long; a busy machine can keep a server
+    # that still reads from a shorter wait, and the client would stop before the server's writes stall
+    sock.settimeout(2.0)
     with contextlib.suppress(TimeoutError):
         while True:
             sock.sendall(state)
