@@ -2,9 +2,10 @@
 drive a real harness: it stands in for the LLM, which cannot be downloaded here.
 
 It answers ``POST /v1/chat/completions`` (streamed or not) with a command for our envs' prompts:
-an admissible action drawn from a generator seeded by the rollout (verifiers' ``X-Session-ID``
-header) and the prompt, or, one time in five, a command no env admits. So a rollout replays the
-same way, and the rollouts of a group differ.
+an admissible action drawn from a generator seeded by the rollout and the prompt, or, one time in
+five, a command no env admits. A rollout is numbered by when its session (verifiers'
+``X-Session-ID`` header, a fresh UUID each run) first calls, so a group's rollouts differ and every
+run plays the same ones: seeding by the UUID itself made one group in twenty end with equal returns.
 """
 
 from __future__ import annotations
@@ -28,12 +29,27 @@ def scripted_reply(session: str, prompt: str) -> str:
     return f"<think>scripted</think>\n<action>{action}</action>"
 
 
+class _Server(ThreadingHTTPServer):
+    """Numbers the sessions in the order they first call."""
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self._rollouts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def rollout(self, session: str) -> int:
+        with self._lock:
+            return self._rollouts.setdefault(session, len(self._rollouts))
+
+
 class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         content = body["messages"][-1]["content"]
         prompt = content if isinstance(content, str) else "".join(p.get("text", "") for p in content)
-        reply = scripted_reply(self.headers.get("X-Session-ID", ""), prompt)
+        reply = scripted_reply(str(self.server.rollout(self.headers.get("X-Session-ID", ""))), prompt)
         usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": len(reply.split())}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         head = {"id": "scripted", "created": 0, "model": body.get("model", "scripted")}
@@ -66,7 +82,7 @@ class _Handler(BaseHTTPRequestHandler):
 @contextlib.contextmanager
 def scripted_model() -> Iterator[str]:
     """Serve the scripted model on a free port of 127.0.0.1; yields its base URL (``.../v1``)."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server = _Server()
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
