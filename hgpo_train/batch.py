@@ -102,6 +102,9 @@ class StepBatch:
     policy_version: np.ndarray | None = None
     """int64 (n,): how many updates the weights that sampled the row had seen (a trainer sets it,
     :mod:`hgpo_train.overlap`); None: not recorded."""
+    behaviour_logprobs: list[np.ndarray] | None = None
+    """float32 per row, one per response token: its log-prob under the weights that sampled it
+    (NaN where the sampler gave none), for ``update.off_policy_correction``; None: not recorded."""
     old_logprobs: list[np.ndarray] | None = None
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -121,10 +124,19 @@ class StepBatch:
             "choices": self.choices,
             **({"summary_turn": self.summary_turn} if self.summary_turn is not None else {}),
             **({"policy_version": self.policy_version} if self.policy_version is not None else {}),
+            **(
+                {"behaviour_logprobs": self.behaviour_logprobs} if self.behaviour_logprobs is not None else {}
+            ),
         }
         for name, column in columns.items():
             if len(column) != n:
                 raise ValueError(f"StepBatch column {name} has {len(column)} rows, expected {n}")
+        if self.behaviour_logprobs is not None:
+            for row, (logprobs, response) in enumerate(zip(self.behaviour_logprobs, self.response_ids)):
+                if len(logprobs) != len(response):
+                    raise ValueError(
+                        f"row {row}: {len(logprobs)} behaviour log-probs for {len(response)} response tokens"
+                    )
         if self.fingerprints.ndim != 2 or self.fingerprints.dtype != np.uint64:
             raise ValueError("fingerprints must be a (n, K+1) uint64 array")
 
@@ -208,6 +220,9 @@ class StepBatch:
             progress=self.progress.take(rows) if self.progress is not None else None,
             summary_turn=self.summary_turn[rows] if self.summary_turn is not None else None,
             policy_version=self.policy_version[rows] if self.policy_version is not None else None,
+            behaviour_logprobs=[self.behaviour_logprobs[r] for r in pick]
+            if self.behaviour_logprobs is not None
+            else None,
             old_logprobs=[self.old_logprobs[r] for r in pick] if self.old_logprobs is not None else None,
             extras=self.extras,
         )

@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     NonNegativeFloat,
@@ -42,6 +43,15 @@ from hgpo_train.agent_loop import AgentLoop
 from hgpo_train.config_keys import CommaList, ConfigError
 
 ENV_IDS = {"rooms": "HGPO-Rooms-v0", "alfworld": "HGPO-ALFWorld-v0", "webshop": "HGPO-WebShop-v0"}
+OffPolicyCorrection = Literal["off", "tis", "icepop", "seq_mask"]
+"""OpenRLHF's named importance-sampling corrections (``update.off_policy_correction``)."""
+
+
+def _yaml_off(value: Any) -> Any:
+    """YAML reads a bare ``off`` as false: that is the setting ``off``."""
+    return "off" if value is False else value
+
+
 BACKEND_SECTION = "openrlhf"
 """The section only ``--backend openrlhf`` reads."""
 
@@ -223,6 +233,22 @@ class UpdateConfig(Section):
     """``env.memory: compaction``: the summary turns' tokens are trained like any action's (their
     advantages from the same estimator); false leaves them out of the update (CompactionRL's
     masked-summary ablation), their advantages still computed with the rest."""
+    off_policy_correction: Annotated[OffPolicyCorrection, BeforeValidator(_yaml_off)] = "off"
+    """Importance weights pi_trained / pi_sampled on each response token, from the log-probs the
+    sampler recorded (an asynchronous run samples with older weights; vLLM's numerics differ from
+    the trainer's): ``tis`` clips each token's weight into ``off_policy_bounds``, ``icepop`` drops
+    tokens whose weight is outside, ``seq_mask`` drops responses whose geometric-mean weight is
+    outside. ``off`` (the paper's and OpenRLHF's default): PPO's ratio to the policy before the
+    update alone."""
+    off_policy_bounds: tuple[NonNegativeFloat, PositiveFloat] = (0.5, 5.0)
+    """[low, high] of the weight ``off_policy_correction`` keeps (OpenRLHF's ``is_correction_threshold``)."""
+
+    @model_validator(mode="after")
+    def _bounds_in_order(self) -> UpdateConfig:
+        low, high = self.off_policy_bounds
+        if low >= high:
+            raise ValueError(f"off_policy_bounds must be [low, high] with low < high, got [{low}, {high}]")
+        return self
 
 
 class TrainConfig(Section):

@@ -10,6 +10,7 @@ both backends take its token sets (HF) or its ``choice``/``regex`` language (vLL
 from __future__ import annotations
 
 import importlib
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,6 +50,9 @@ class Generation:
     text: str
     choices: Choices | None = None
     """The choices the response was constrained to, or None when unconstrained."""
+    logprobs: list[float] | None = None
+    """The sampler's log-prob of each response token (NaN for a token it gave none for), when
+    asked for (``update.off_policy_correction``)."""
 
 
 def end_token_id(tokenizer: Any) -> int:
@@ -229,12 +233,17 @@ class VLLMRequest:
         another way than the trie (``choices=None``: trained unconstrained).
         """
         encoder, response = self.encoder, list(completion.token_ids)
+        logprobs = None
+        if completion.logprobs is not None:  # each token's entry holds the sampled token's log-prob
+            logprobs = [entry[token].logprob for token, entry in zip(response, completion.logprobs)]
         if completion.finish_reason == "stop" and (not response or response[-1] not in encoder.end_ids):
             response.append(encoder.end_id)
+        if logprobs is not None:
+            logprobs += [math.nan] * (len(response) - len(logprobs))
         choices = encoder.choices(self.commands) if self.commands is not None else None
         if choices is not None and not on_trie(choices, response, encoder.end_id):
             choices = None
-        return Generation(self.prompt_ids, response, encoder.decode(response), choices)
+        return Generation(self.prompt_ids, response, encoder.decode(response), choices, logprobs)
 
 
 def vllm_requests(
@@ -244,12 +253,13 @@ def vllm_requests(
     admissible: Sequence[Sequence[str]] | None,
     temperature: float | None,
     max_len: int | None = None,
+    logprobs: bool = False,
 ) -> list[VLLMRequest]:
     """The start of every vLLM generation, in process or on OpenRLHF's engines: prompts encoded
     once, sampling at ``temperature`` (None: the config's), stopping at :attr:`PromptEncoder.end_ids`,
     constrained to the admissible commands when given, and with ``max_len`` (prompt + response
     tokens) the response budget shrunk to fit; a prompt that leaves no room raises
-    :class:`PromptTooLongError`."""
+    :class:`PromptTooLongError`. ``logprobs``: each sampled token's log-prob comes back too."""
     temperature = config.temperature if temperature is None else temperature
     requests = []
     for i, prompt in enumerate(prompts):
@@ -267,6 +277,7 @@ def vllm_requests(
             "max_tokens": room,
             "stop_token_ids": encoder.end_ids,
             **constrained_sampling(encoder, commands),
+            **({"logprobs": 0} if logprobs else {}),  # 0: the sampled token's alone
         }
         requests.append(VLLMRequest(encoder, ids, sampling, commands))
     return requests
@@ -284,6 +295,8 @@ class RequestGenerator:
     config: GenerationConfig
     max_len: int | None = None
     """Longest prompt + response in tokens the engines take (None: no limit but the response's)."""
+    record_logprobs: bool = False
+    """Ask for each sampled token's log-prob (:attr:`Generation.logprobs`)."""
 
     def generate(
         self,
@@ -292,7 +305,9 @@ class RequestGenerator:
         temperature: float | None = None,
     ) -> list[Generation]:
         """Sample one response per prompt; ``admissible`` (per prompt) constrains the responses."""
-        requests = vllm_requests(self.encoder, self.config, prompts, admissible, temperature, self.max_len)
+        requests = vllm_requests(
+            self.encoder, self.config, prompts, admissible, temperature, self.max_len, self.record_logprobs
+        )
         return [request.generation(done) for request, done in zip(requests, self.complete(requests))]
 
     def complete(self, requests: Sequence[VLLMRequest]) -> list[Any]:
@@ -352,6 +367,9 @@ class VLLMGenerator(RequestGenerator):
             enable_prefix_caching=True,
             enforce_eager=self.on_cpu,  # compiling the model takes minutes on a CPU
             logits_processors=[CHOICES_PROCESSOR],
+            # log-probs (when asked for) of the distribution sampled from: after temperature and
+            # the choices' mask, as the update scores them
+            logprobs_mode="processed_logprobs",
         )
 
     def complete(self, requests: Sequence[VLLMRequest]) -> list[Any]:

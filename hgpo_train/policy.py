@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from hgpo_train.config import Config
-from hgpo_train.generation import make_generator
+from hgpo_train.generation import VLLMGenerator, make_generator
 from hgpo_train.modeling import load_policy, load_tokenizer
 
 
@@ -67,6 +67,8 @@ def build_generator(config: Config, loaded: LoadedPolicy) -> Any:
         seed=config.train.seed,
         dtype=config.model.dtype,
     )
+    if isinstance(generator, VLLMGenerator):  # the hf generator's are scored by the trainer
+        generator.record_logprobs = config.update.off_policy_correction != "off"
     if loaded.checkpoint is not None:
         generator.sync_weights(loaded.model)
     return generator

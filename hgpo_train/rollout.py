@@ -351,4 +351,7 @@ def _to_batch(episodes: list[Episode[Generation]]) -> StepBatch:
         response_ids=[np.asarray(g.response_ids, dtype=np.int32) for g in generations],
         choices=[g.choices for g in generations],
         episodes=summary,
+        behaviour_logprobs=[np.asarray(g.logprobs, dtype=np.float32) for g in generations]
+        if generations and all(g.logprobs is not None for g in generations)
+        else None,
     )

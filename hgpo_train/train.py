@@ -227,7 +227,7 @@ class Trainer:
                 f"rollout turn {turn}: {running}/{self.pool.num_envs} episodes running, {steps} steps"
             )
 
-        return collect_with_retries(
+        batch = collect_with_retries(
             self.pool,
             self.generator,
             label=f"iteration {iteration + 1}",
@@ -239,6 +239,11 @@ class Trainer:
             max_batch=self.config.generation.batch_size,
             on_turn=on_turn,
         )
+        if self.config.update.off_policy_correction != "off" and batch.behaviour_logprobs is None:
+            # the hf generator's sampling weights score their own tokens, while no sync can change them
+            sampler = self.generator.model
+            batch.behaviour_logprobs = [t.numpy() for t in self.updater.response_logprobs(sampler, batch)]
+        return batch
 
     # ----------------------------------------------------------------- the loop
     def fit(self) -> dict[str, float]:

@@ -124,26 +124,24 @@ class PolicyUpdater:
             )
 
     @torch.no_grad()
+    def response_logprobs(self, model: torch.nn.Module, batch: StepBatch) -> list[torch.Tensor]:
+        """Per-row log-probs of every response token of ``batch`` under ``model``."""
+        out = [torch.empty(0)] * len(batch)
+        for micro in self._micro_batches(batch, np.arange(len(batch))):
+            logp = forward_logprobs(model, micro, self.temperature)[0]
+            for k, row in enumerate(micro.rows):
+                out[row] = logp[k, : len(batch.response_ids[row])].cpu()
+        return out
+
     def score(
         self, batch: StepBatch, *, old: bool = True
     ) -> tuple[list[torch.Tensor] | None, list[torch.Tensor] | None]:
         """Per-row log-probs of every response token: old (before the update) and reference."""
-        use_ref = self.reference is not None and self.config.kl_coef > 0
-        old_rows: list[torch.Tensor] | None = [torch.empty(0)] * len(batch) if old else None
-        ref_rows: list[torch.Tensor] | None = [torch.empty(0)] * len(batch) if use_ref else None
-        if not old and not use_ref:
-            return None, None
-        for micro in self._micro_batches(batch, np.arange(len(batch))):
-            logp = forward_logprobs(self.model, micro, self.temperature)[0] if old else None
-            if use_ref:
-                with self.reference.active() as reference:
-                    ref_logp = forward_logprobs(reference, micro, self.temperature)[0]
-            for k, row in enumerate(micro.rows):
-                n = len(batch.response_ids[row])
-                if old:
-                    old_rows[row] = logp[k, :n].cpu()
-                if use_ref:
-                    ref_rows[row] = ref_logp[k, :n].cpu()
+        old_rows = self.response_logprobs(self.model, batch) if old else None
+        ref_rows = None
+        if self.reference is not None and self.config.kl_coef > 0:
+            with self.reference.active() as reference:
+                ref_rows = self.response_logprobs(reference, batch)
         return old_rows, ref_rows
 
     def update(
@@ -177,6 +175,11 @@ class PolicyUpdater:
                             fresh_old[row] = old_logp[k, : len(batch.response_ids[row])].cpu().numpy()
                     else:
                         old_logp = _pad([old[r] for r in micro.rows], logp)
+                    behaviour = None
+                    if batch.behaviour_logprobs is not None:
+                        behaviour = _pad(
+                            [torch.from_numpy(batch.behaviour_logprobs[r]) for r in micro.rows], logp
+                        )
                     terms = ppo_loss(
                         logp,
                         old_logp,
@@ -190,6 +193,9 @@ class PolicyUpdater:
                         kl_coef=cfg.kl_coef,
                         entropy_coef=cfg.entropy_coef,
                         num_tokens=num_tokens,
+                        behaviour_logp=behaviour,
+                        correction=cfg.off_policy_correction,
+                        bounds=cfg.off_policy_bounds,
                     )
                     terms.loss.backward()
                     for key, value in terms.sums.items():

@@ -278,6 +278,27 @@ def test_paper_config_resolves_through_openrlhf_own_parser(capsys: pytest.Captur
     )
 
 
+@pytest.mark.parametrize(
+    ("correction", "level", "mode"),
+    [("tis", "token", "clip"), ("icepop", "token", "mask"), ("seq_mask", "seq", "mask")],
+)
+def test_an_off_policy_correction_is_openrlhfs_own(
+    correction: str, level: str, mode: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The engines then return each sampled token's log-prob (OpenRLHF creates them with
+    ``processed_logprobs`` when its level is not off), which its PolicyLoss weighs by."""
+    command = ["--backend", "openrlhf", "--config", PAPER_CONFIGS[0], "--dry-run"]
+    overrides = [f"update.off_policy_correction={correction}", "update.off_policy_bounds=[0.8, 2.0]"]
+    assert main([*command, *overrides]) == 0
+    advantage = json.loads(capsys.readouterr().out)["resolved"]["algo"]["advantage"]
+    assert (advantage["is_correction_level"], advantage["is_correction_mode"]) == (level, mode)
+    assert (advantage["is_correction_gating"], advantage["is_correction_threshold"]) == ("ratio", [0.8, 2.0])
+    assert main(command) == 0  # the default: off, as OpenRLHF's
+    assert (
+        json.loads(capsys.readouterr().out)["resolved"]["algo"]["advantage"]["is_correction_level"] == "off"
+    )
+
+
 def test_ray_address_from_the_environment_joins_that_cluster(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -311,9 +332,12 @@ def test_seven_b_config_and_overrides() -> None:
         ("openrlhf.engine_gap_warning=0", "openrlhf.engine_gap_warning: input should be greater than 0"),
         (
             "openrlhf.extra_args=[--algo.advantage.is_correction_level, token]",
-            "is_correction_level .*engine-policy gap",
+            "is_correction_level is set by update.off_policy_correction",
         ),
-        ("openrlhf.extra_args=['--algo.advantage.is_correction_level=seq']", "step samples do not carry"),
+        (
+            "openrlhf.extra_args=['--algo.advantage.is_correction_gating=tv']",
+            "is_correction_gating is set by",
+        ),
         ("openrlhf.param_dtype=fp32", "param_dtype=fp32 is for openrlhf.device=cpu"),
     ],
 )

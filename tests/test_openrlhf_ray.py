@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 ray = pytest.importorskip("ray")
 pytest.importorskip(
@@ -75,6 +76,16 @@ class ByteTokenizer:
         return bytes(i for i in ids if i < 256).decode(errors="replace")
 
 
+def vllm_output(token_ids: list[int], sampling_params: dict[str, Any]) -> Any:
+    """A ``RequestOutput`` as vLLM's: one completion that stopped, the stop token left out, with
+    each token's log-prob (-0.1, -0.2, ...) when they were asked for."""
+    logprobs = None
+    if sampling_params.get("logprobs") is not None:
+        logprobs = [{t: SimpleNamespace(logprob=-0.1 * (i + 1))} for i, t in enumerate(token_ids)]
+    completion = SimpleNamespace(token_ids=token_ids, finish_reason="stop", logprobs=logprobs)
+    return SimpleNamespace(outputs=[completion])
+
+
 @ray.remote(num_cpus=0)
 class FakeEngine:
     """``RolloutRayActor.generate``'s signature; answers like vLLM, the stop token dropped."""
@@ -85,10 +96,7 @@ class FakeEngine:
     def generate(self, prompt_token_ids: list[int], sampling_params: dict[str, Any]) -> Any:
         self.prompts.append(bytes(prompt_token_ids).decode())
         text = RESPONSES[(len(self.prompts) + self.index) % len(RESPONSES)]
-        completion = SimpleNamespace(
-            token_ids=list(text.encode())[: sampling_params["max_tokens"]], finish_reason="stop"
-        )
-        return SimpleNamespace(outputs=[completion])
+        return vllm_output(list(text.encode())[: sampling_params["max_tokens"]], sampling_params)
 
     def seen(self) -> list[str]:
         return self.prompts
@@ -108,7 +116,7 @@ class PromptEngine:
         digest = zlib.crc32(prompt.encode())
         await asyncio.sleep(digest % 20 / 1000)
         text = RESPONSES[digest % len(RESPONSES)]
-        return SimpleNamespace(outputs=[SimpleNamespace(token_ids=list(text.encode()), finish_reason="stop")])
+        return vllm_output(list(text.encode()), sampling_params)
 
     def seen(self) -> list[str]:
         return self.prompts
@@ -156,9 +164,17 @@ def ray_pool(config: Any) -> Any:
     )
 
 
-def engine_generator(config: Any, engines: list[Any], max_len: int = 4096) -> EngineGenerator:
+def engine_generator(
+    config: Any, engines: list[Any], max_len: int = 4096, record_logprobs: bool = False
+) -> EngineGenerator:
     return EngineGenerator(
-        engines, ByteTokenizer(), config.generation, config.env.response_format, max_len, make_params=dict
+        engines,
+        ByteTokenizer(),
+        config.generation,
+        config.env.response_format,
+        max_len,
+        make_params=dict,
+        record_logprobs=record_logprobs,
     )
 
 
@@ -197,15 +213,14 @@ def test_env_actors_engines_steps_and_groups_end_to_end(cluster: None, config: A
 def test_per_episode_loops_on_the_engines_play_the_lockstep_episodes(cluster: None, config: Any) -> None:
     """Each episode's request goes to its group's engine as soon as its env step returns
     (``EngineGenerator.submit``); with responses that depend on the prompt alone, the rollout is
-    the lockstep one."""
+    the lockstep one, the engines' sampling log-probs included."""
     pool = ray_pool(config)
     try:
         batches = []
         for agent_loop in ("lockstep", "per_episode"):
             engines = [PromptEngine.remote() for _ in range(2)]
-            batch = collect_rollouts(
-                pool, engine_generator(config, engines), seeds=[11, 12], agent_loop=agent_loop
-            )
+            generator = engine_generator(config, engines, record_logprobs=True)
+            batch = collect_rollouts(pool, generator, seeds=[11, 12], agent_loop=agent_loop)
             batches.append(batch)
         seen = ray.get([engine.seen.remote() for engine in engines])
     finally:
@@ -214,10 +229,42 @@ def test_per_episode_loops_on_the_engines_play_the_lockstep_episodes(cluster: No
     for name in ("group_id", "traj_id", "step", "reward", "invalid", "fingerprints", "action_key"):
         np.testing.assert_array_equal(getattr(lockstep, name), getattr(per_episode, name), err_msg=name)
     assert [r.tolist() for r in lockstep.response_ids] == [r.tolist() for r in per_episode.response_ids]
+    for ours, theirs in zip(lockstep.behaviour_logprobs, per_episode.behaviour_logprobs):
+        np.testing.assert_array_equal(ours, theirs)  # NaN where NaN
     assert lockstep.invalid.any() and not lockstep.invalid.all()
     assert all(
         len({p.split("Your task is to:")[1].split("\n")[0] for p in prompts}) == 1 for prompts in seen
     ), "each engine should serve one task group (shared prefixes)"
+
+
+def test_the_engines_log_probs_ride_with_each_sample_and_the_policy_fills_a_missing_one(
+    cluster: None, config: Any
+) -> None:
+    """Asked for them (``update.off_policy_correction``), the engines' log-probs of the sampled
+    tokens reach ``rollout_log_probs`` on the response's columns; the stop token vLLM left out, and
+    the trainer restored, has none (NaN) until the experience maker gives it the policy's own."""
+    pool = ray_pool(config)
+    try:
+        batch = collect_rollouts(
+            pool, engine_generator(config, [PromptEngine.remote()], record_logprobs=True), seeds=[11, 12]
+        )
+    finally:
+        pool.close()
+    for response, logprobs in zip(batch.response_ids, batch.behaviour_logprobs):
+        n = len(response) - 1  # the engine's tokens, then the restored stop token
+        np.testing.assert_allclose(logprobs[:n], -0.1 * np.arange(1, n + 1), rtol=1e-6)
+        assert response[-1] == IM_END and np.isnan(logprobs[-1])
+    advantages = batch.credit(config.advantage).advantages
+    samples, layout = step_experiences(batch, advantages, multiple=4, end_ids=[IM_END, EOS])
+    for sample, row, padding in zip(samples, layout.source, layout.padding):
+        sample.action_log_probs = torch.full(sample.action_mask.shape, -7.0)  # the policy's, as made
+        expected = np.zeros(sample.action_mask.shape[1], dtype=np.float32)
+        if not padding:
+            expected[len(batch.prompt_ids[row]) - 1 :] = np.nan_to_num(
+                batch.behaviour_logprobs[row], nan=-7.0
+            )
+        filled = make_maker().compute_advantages_and_returns([sample])[0].rollout_log_probs
+        np.testing.assert_allclose(filled[0].numpy(), expected, rtol=1e-6)
 
 
 def test_a_request_the_rollout_abandoned_is_dropped_when_its_engine_answers(

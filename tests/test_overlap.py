@@ -3,6 +3,7 @@ while the trainer updates, whole groups, recorded policy versions and a bound on
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from collections.abc import Callable
@@ -164,6 +165,39 @@ def test_a_local_asynchronous_run_samples_the_next_rollout_during_the_update(tmp
     assert [r["rollout/staleness_max"] for r in records] == [0, 1, 1]
     assert [r["rollout/staleness_mean"] for r in records] == [0, 1, 1]
     assert all(r["time/rollout_s"] > 0 and r["time/rollout_wait_s"] >= 0 for r in records)
+
+
+def test_the_correction_reads_the_log_probs_of_the_weights_that_sampled(tmp_path) -> None:
+    """``update.off_policy_correction=tis`` in an asynchronous run: every row's behaviour log-probs
+    are its tokens' under the policy version that sampled them (the weights before that update,
+    kept here), so they equal the trained policy's on the fresh first rollout and differ from them
+    on the stale ones, where the correction then has work to do."""
+    trainer = async_trainer(tmp_path, [*ROOMS, "train.iterations=3", "update.off_policy_correction=tis"])
+    update, versions, batches = trainer.updater.update, {}, []
+
+    def recording_update(batch: StepBatch, advantages: np.ndarray, rng: np.random.Generator) -> dict:
+        versions[len(versions)] = copy.deepcopy(trainer.model)  # version i: the weights update i starts from
+        batches.append(batch)
+        return update(batch, advantages, rng)
+
+    trainer.updater.update = recording_update
+    try:
+        trainer.fit()
+        for batch in batches:
+            [version] = set(batch.policy_version.tolist())
+            sampler = trainer.updater.response_logprobs(versions[version], batch)
+            for recorded, expected in zip(batch.behaviour_logprobs, sampler):
+                np.testing.assert_allclose(recorded, expected.numpy(), rtol=0, atol=1e-6)
+    finally:
+        trainer.close()
+    gaps = [
+        max(np.abs(b - o).max() for b, o in zip(batch.behaviour_logprobs, batch.old_logprobs))
+        for batch in batches
+    ]
+    assert gaps[0] < 1e-5 and min(gaps[1:]) > 1e-3, gaps
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert abs(records[0]["update/behaviour_kl"]) < 1e-6 and records[0]["update/off_policy_filtered"] == 0
+    assert all(abs(r["update/behaviour_kl"]) > 1e-5 for r in records[1:]), records
 
 
 def test_a_stop_during_an_asynchronous_update_checkpoints_it_and_a_rerun_resumes(tmp_path) -> None:

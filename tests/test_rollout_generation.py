@@ -375,7 +375,9 @@ class _FakeLLM:
                 ids = self.slot_reply
                 assert re.fullmatch(structured.regex, self.tokenizer.decode(ids))
             outs.append(
-                types.SimpleNamespace(outputs=[types.SimpleNamespace(token_ids=ids, finish_reason="stop")])
+                types.SimpleNamespace(
+                    outputs=[types.SimpleNamespace(token_ids=ids, finish_reason="stop", logprobs=None)]
+                )
             )
         return outs
 

@@ -79,6 +79,8 @@ def test_override_types_are_checked_and_coerced():
         ("update", "must look like section.field=value"),
         ("update=3", "update is a section"),
         ("update.micro_batch_size=512", "micro_batch_size cannot exceed"),
+        ("update.off_policy_correction=true", "update.off_policy_correction: input should be 'off', 'tis'"),
+        ("update.off_policy_bounds=[2, 1]", "off_policy_bounds must be [low, high] with low < high"),
     ],
 )
 def test_bad_overrides_fail_with_clear_errors(override, message):

@@ -12,7 +12,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from hgpo_train.batch import Episodes, StepBatch
 from hgpo_train.config import UpdateConfig
 from hgpo_train.constrained import SlotChoice, classify_slot_tokens
-from hgpo_train.loss import ppo_loss, token_logprobs
+from hgpo_train.loss import off_policy_weights, ppo_loss, token_logprobs
 from hgpo_train.modeling import Reference
 from hgpo_train.update import PolicyUpdater, make_micro_batch
 
@@ -55,6 +55,36 @@ def test_k3_kl_is_zero_at_the_reference_and_positive_elsewhere():
     r = ref - logp
     assert kl.sums["kl_ref"] == pytest.approx(float((r.exp() - r - 1).sum()), rel=1e-5)
     assert kl.loss.item() == pytest.approx(kl.sums["kl_ref"] / 2, rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("correction", "weights", "caught"),
+    [  # row 1 weighs 1, 10, 1/4 (geometric mean 2.5 ** (1/3), inside); row 2 weighs 1/10, 1/5
+        ("tis", [[1.0, 5.0, 0.5], [0.5, 0.5, 0.0]], [[0, 1, 1], [1, 1, 0]]),
+        ("icepop", [[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]], [[0, 1, 1], [1, 1, 0]]),
+        ("seq_mask", [[1.0, 10.0, 0.25], [0.0, 0.0, 0.0]], [[0, 0, 0], [1, 1, 0]]),
+    ],
+)
+def test_off_policy_weights_follow_openrlhfs_rules(correction, weights, caught):
+    old = torch.log(torch.tensor([[0.5, 0.5, 0.5], [0.1, 0.1, 0.1]]))
+    ratio = torch.tensor([[1.0, 10.0, 0.25], [0.1, 0.2, 1.0]])  # pi_old / pi_behaviour
+    mask = torch.tensor([[True, True, True], [True, True, False]])  # row 2's last column: padding
+    weight, outside = off_policy_weights(old, old - ratio.log(), mask, correction, (0.5, 5.0))
+    weight = weight * mask  # what the loss reads
+    assert torch.allclose(weight, torch.tensor(weights), rtol=1e-5)
+    assert (outside & mask).tolist() == torch.tensor(caught, dtype=torch.bool).tolist()
+
+
+def test_the_correction_scales_the_surrogate_and_a_token_without_a_behaviour_log_prob_weighs_one():
+    logp = torch.log(torch.tensor([[0.5, 0.25]]))
+    old, adv = logp.clone(), torch.tensor([[2.0]])
+    behaviour = torch.log(torch.tensor([[0.25, float("nan")]]))  # weights 2 and (no log-prob) 1
+    terms = _loss(logp, old, None, adv, behaviour_logp=behaviour, correction="tis")
+    assert terms.loss.item() == pytest.approx(-(2 * 2 + 2) / 2)
+    assert terms.sums["off_policy_filtered"] == 0
+    assert terms.sums["behaviour_kl"] == pytest.approx(float(np.log(0.25) - np.log(0.5)))
+    with pytest.raises(ValueError, match="needs the sampler's log-probs"):
+        _loss(logp, old, None, adv, correction="icepop")
 
 
 def test_constrained_logprobs_renormalise_over_the_allowed_tokens():

@@ -32,6 +32,10 @@ UNLIMITED_CHECKPOINTS = 1_000_000
 ``train.save_every`` checkpoints the trainer keeps (it prunes with ``kept_iterations`` instead)."""
 
 
+CORRECTIONS = {"tis": ("token", "clip"), "icepop": ("token", "mask"), "seq_mask": ("seq", "mask")}
+"""``update.off_policy_correction`` as OpenRLHF's (is_correction_level, is_correction_mode), ratio gating."""
+
+
 def openrlhf_argv(
     config: Config, cluster: OpenRLHFConfig, *, checkpoint_dir: str, final_dir: str
 ) -> list[str]:
@@ -140,6 +144,16 @@ def openrlhf_argv(
         "--ckpt.load_enable": config.train.resume,
     }
     argv += [flag for flag, on in flags.items() if on]
+    if update.off_policy_correction != "off":  # the engines then return each token's log-prob
+        level, mode = CORRECTIONS[update.off_policy_correction]
+        argv += [
+            "--algo.advantage.is_correction_level",
+            level,
+            "--algo.advantage.is_correction_mode",
+            mode,
+            "--algo.advantage.is_correction_threshold",
+            *map(str, update.off_policy_bounds),
+        ]
     if model.lora_rank > 0:
         argv += [
             "--ds.lora.rank",

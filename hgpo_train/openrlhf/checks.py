@@ -11,12 +11,13 @@ from hgpo_train.config import BACKEND_SECTION, Config, ConfigError
 
 SECTION = BACKEND_SECTION
 
+CORRECTION_FLAGS = ("level", "mode", "threshold", "gating")
 REFUSED_ARGS = {
-    "--algo.advantage.is_correction_level": (
-        "(OpenRLHF's vllm_kl and importance-sampling correction) needs the engines' sampling "
-        "log-probs, which step samples do not carry; the engine-policy gap (engine_gap/* in "
-        "metrics.jsonl) measures the same mismatch every iteration"
-    ),
+    f"--algo.advantage.is_correction_{flag}": (
+        "is set by update.off_policy_correction (tis, icepop, seq_mask) and update.off_policy_bounds, "
+        "which also make the engines record the log-probs it reads"
+    )
+    for flag in CORRECTION_FLAGS
 }
 """OpenRLHF flags this backend cannot honour, with why, refused before anything starts."""
 

@@ -52,6 +52,8 @@ class EngineGenerator(RequestGenerator):
         response_format: str,
         max_len: int,
         make_params: Callable[..., Any] = vllm_sampling_params,
+        *,
+        record_logprobs: bool = False,
     ) -> None:
         if not engines:
             raise ValueError(
@@ -61,6 +63,7 @@ class EngineGenerator(RequestGenerator):
         self.config = config
         self.max_len = max_len
         self.make_params = make_params
+        self.record_logprobs = record_logprobs
         self.encoder = PromptEncoder(tokenizer, response_format)
 
     def complete(self, requests: Sequence[VLLMRequest]) -> list[Any]:
@@ -84,6 +87,7 @@ class EngineGenerator(RequestGenerator):
             None if admissible is None else [admissible],
             temperature,
             self.max_len,
+            self.record_logprobs,
         )
         engine = self.engines[group % len(self.engines)]
         started = engine.generate.remote(request.prompt_ids, self.make_params(**request.sampling)).future()

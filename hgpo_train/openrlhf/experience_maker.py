@@ -21,7 +21,9 @@ class StepAdvantageMaker(RemoteExperienceMaker):
 
     The KL to the reference is a loss term (``--algo.kl.use_loss``), not folded into rewards,
     so the advantage of every response token is exactly the step's scalar advantage, as in the
-    single-machine trainer; ``returns`` equal the advantages (there is no critic).
+    single-machine trainer; ``returns`` equal the advantages (there is no critic). A response
+    token the engine gave no log-prob for (NaN in ``rollout_log_probs``) gets the policy's own, so
+    the off-policy correction weighs it 1, as the local trainer does.
     """
 
     @torch.no_grad()
@@ -37,4 +39,8 @@ class StepAdvantageMaker(RemoteExperienceMaker):
             experience.returns = experience.advantages.clone()
             experience.info["return"] = advantage
             experience.kl = None
+            behaviour = experience.rollout_log_probs
+            if behaviour is not None:
+                own = experience.action_log_probs.to(behaviour)
+                experience.rollout_log_probs = torch.where(torch.isnan(behaviour), own, behaviour)
         return experiences

@@ -40,12 +40,15 @@ def step_experience(
     *,
     truncated: bool,
     padding: bool = False,
+    behaviour_logprobs: np.ndarray | None = None,
 ) -> Experience:
     """One sample: ``sequences`` = prompt + response, the action mask over the response.
 
     OpenRLHF's action mask is shifted by one (``samples_generator.py``: ``action_mask[1:]``):
     entry ``t`` says whether token ``t + 1`` was generated, matching log-probs of next tokens.
-    A padding sample's mask is all zero, and so are its reward and advantage.
+    A padding sample's mask is all zero, and so are its reward and advantage. The engine's
+    ``behaviour_logprobs`` of the response tokens, when given, are ``rollout_log_probs`` on the
+    same columns (OpenRLHF's off-policy correction reads them).
     """
     sequence = torch.from_numpy(np.concatenate([prompt, response]).astype(np.int64))
     total = len(sequence)
@@ -53,6 +56,11 @@ def step_experience(
     if not padding:
         action_mask[len(prompt) - 1 :] = True
     reward, advantage = (0.0, 0.0) if padding else (float(reward), float(advantage))
+    rollout_log_probs = None
+    if behaviour_logprobs is not None:
+        rollout_log_probs = torch.zeros(1, total - 1, dtype=torch.float32)
+        if not padding:
+            rollout_log_probs[0, len(prompt) - 1 :] = torch.from_numpy(behaviour_logprobs.astype(np.float32))
     return Experience(
         sequences=sequence.unsqueeze(0),
         attention_mask=torch.ones(1, total, dtype=torch.long),
@@ -62,6 +70,7 @@ def step_experience(
         response_length=torch.tensor([0 if padding else len(response)]),
         total_length=torch.tensor([float(total)]),
         truncated=torch.tensor([truncated and not padding]),
+        rollout_log_probs=rollout_log_probs,
         info={"reward": torch.tensor([reward]), ADVANTAGE: torch.tensor([advantage], dtype=torch.float64)},
     )
 
@@ -73,6 +82,7 @@ def step_experiences(
     ``multiple`` samples.
 
     A response that does not end in one of ``end_ids`` hit the token limit (``truncated``).
+    The batch's behaviour log-probs, when recorded, go with every sample.
     """
     if not len(batch):
         raise ValueError("the rollout produced no step samples")
@@ -95,6 +105,9 @@ def step_experiences(
                 advantages[row],
                 truncated=truncated,
                 padding=bool(pad),
+                behaviour_logprobs=batch.behaviour_logprobs[row]
+                if batch.behaviour_logprobs is not None
+                else None,
             )
         )
     return samples, SampleLayout(source, padding)

@@ -76,6 +76,8 @@ LOCAL_NAMES = {
     "actor_grad_norm": "update/grad_norm",
     "timing/ppo_train": "time/update_s",
     "timing/broadcast": "time/sync_s",
+    "vllm_kl": "update/behaviour_kl",
+    "is_filter_ratio": "update/off_policy_filtered",
 }
 """OpenRLHF's status keys that mean what a local trainer's metric means, under its name."""
 
@@ -188,7 +190,12 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         self.advantage_state: dict[str, Any] | None = None
         """What the estimator carries into the next iteration (MVPO's), in each checkpoint's client state."""
         self.generator = EngineGenerator(
-            vllm_engines, tokenizer, config.generation, config.env.response_format, args.data.max_len
+            vllm_engines,
+            tokenizer,
+            config.generation,
+            config.env.response_format,
+            args.data.max_len,
+            record_logprobs=config.update.off_policy_correction != "off",
         )
         self.multiple = pad_multiple(
             self.cluster.dp_size, args.rollout.micro_batch_size, args.train.batch_size

@@ -5,7 +5,10 @@ The local trainer's loss (``hgpo_train.update``: the micro-batch layout, ``forwa
 with OpenRLHF's ``Actor`` wrapper, ``PolicyLoss``, k3 KL and entropy terms, with the arguments
 OpenRLHF's own parser resolves from the same config) get one fixed batch of step samples:
 tokens, masks, advantages, old and reference log-probs; once free, once with every response
-one of a few commands (constrained decoding: both sides renormalise over the allowed tokens).
+one of a few commands (constrained decoding: both sides renormalise over the allowed tokens);
+then with each off-policy correction, on behaviour log-probs (as an engine records them) that
+put some tokens and responses outside the bounds, one of them missing (NaN, filled by the
+experience maker on OpenRLHF's side).
 DeepSpeed's engine is the one piece replaced (its ``backward`` is ``loss.backward()`` on a
 one-rank gloo group), so the gradients are read straight off the same model's parameters in both.
 """
@@ -24,7 +27,7 @@ from test_train_loss import step_batch
 
 from hgpo_train.batch import StepBatch
 from hgpo_train.config import UpdateConfig
-from hgpo_train.loss import ppo_loss
+from hgpo_train.loss import off_policy_weights, ppo_loss
 from hgpo_train.openrlhf import cpu
 from hgpo_train.openrlhf.arguments import openrlhf_argv, resolve
 from hgpo_train.update import forward_logprobs, make_micro_batch
@@ -71,6 +74,9 @@ def local_loss(model: torch.nn.Module, batch: StepBatch, old, ref, adv, update: 
     vocab = model.get_output_embeddings().weight.shape[0]
     micro = make_micro_batch(batch, np.arange(SAMPLES), pad_id, end_id, vocab, torch.device("cpu"))
     logp, entropy = forward_logprobs(model, micro, temperature=1.0)
+    behaviour = None
+    if batch.behaviour_logprobs is not None:
+        behaviour = padded([torch.from_numpy(b) for b in batch.behaviour_logprobs], logp.shape[1])
     terms = ppo_loss(
         logp,
         padded(old, logp.shape[1]),
@@ -82,6 +88,9 @@ def local_loss(model: torch.nn.Module, batch: StepBatch, old, ref, adv, update: 
         kl_coef=update.kl_coef,
         entropy_coef=update.entropy_coef,
         num_tokens=int(batch.response_lengths.sum()),
+        behaviour_logp=behaviour,
+        correction=update.off_policy_correction,
+        bounds=update.off_policy_bounds,
     )
     terms.loss.backward()
     return terms.loss.detach()
@@ -92,20 +101,27 @@ def openrlhf_loss(model: torch.nn.Module, batch: StepBatch, old, ref, adv, args,
     from openrlhf.trainer.ppo_utils.experience import Experience
     from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer
 
+    from hgpo_train.openrlhf.experience_maker import StepAdvantageMaker
     from hgpo_train.openrlhf.samples import step_experience
 
     samples = []
     for row in range(SAMPLES):
         sample = step_experience(
-            batch.prompt_ids[row], batch.response_ids[row], 0.0, float(adv[row]), truncated=False
+            batch.prompt_ids[row],
+            batch.response_ids[row],
+            0.0,
+            float(adv[row]),
+            truncated=False,
+            behaviour_logprobs=None if batch.behaviour_logprobs is None else batch.behaviour_logprobs[row],
         )
         start, n = len(batch.prompt_ids[row]) - 1, len(batch.response_ids[row])
         for name, values in (("action_log_probs", old[row]), ("base_action_log_probs", ref[row])):
             full = torch.zeros_like(sample.action_mask, dtype=torch.float32)
             full[0, start : start + n] = values
             setattr(sample, name, full)
-        sample.advantages = float(adv[row]) * sample.action_mask.float()
         samples.append(sample)
+    # the maker's one method (its Ray actor groups are not needed): advantages, NaN log-probs filled
+    samples = object.__new__(StepAdvantageMaker).compute_advantages_and_returns(samples)
     experience = Experience.concat_experiences(samples, pad_token_id=pad_id)
     seen = {}
 
@@ -128,18 +144,27 @@ def openrlhf_loss(model: torch.nn.Module, batch: StepBatch, old, ref, adv, args,
     return seen["loss"]
 
 
-@pytest.mark.parametrize("constrained", [False, True], ids=["free", "constrained"])
+@pytest.mark.parametrize(
+    ("constrained", "correction"),
+    [(False, "off"), (True, "off"), (False, "tis"), (False, "icepop"), (False, "seq_mask"), (True, "tis")],
+    ids=["free", "constrained", "free-tis", "free-icepop", "free-seq_mask", "constrained-tis"],
+)
 def test_local_and_openrlhf_losses_and_gradients_match(
-    warm_model: str, one_rank_group: None, constrained: bool, monkeypatch: pytest.MonkeyPatch
+    warm_model: str,
+    one_rank_group: None,
+    constrained: bool,
+    correction: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Constrained: OpenRLHF's ``Actor.forward`` as a constrained run wraps it in its actors
-    (:mod:`hgpo_train.openrlhf.constraints`), its store's table given directly (no Ray here)."""
+    (:mod:`hgpo_train.openrlhf.constraints`), its store's table given directly (no Ray here).
+    A correction: OpenRLHF's ``is_correction_*`` arguments come from its parser, as a run's do."""
     from openrlhf.models import actor
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from hgpo_train.openrlhf import constraints
 
-    config, cluster = load_run(CPU_CONFIG, OVERRIDES)
+    config, cluster = load_run(CPU_CONFIG, [*OVERRIDES, f"update.off_policy_correction={correction}"])
     args = resolve(openrlhf_argv(config, cluster, checkpoint_dir="unused", final_dir="unused"))
     tokenizer = AutoTokenizer.from_pretrained(warm_model)
     base = AutoModelForCausalLM.from_pretrained(warm_model, dtype=torch.float32)
@@ -160,6 +185,21 @@ def test_local_and_openrlhf_losses_and_gradients_match(
     old = [r + torch.as_tensor(rng.normal(0, 0.3, len(r)), dtype=torch.float32) for r in rows]
     ref = [r + torch.as_tensor(rng.normal(0, 0.5, len(r)), dtype=torch.float32) for r in rows]
     adv = rng.normal(0, 1, SAMPLES)
+    if correction != "off":  # each response shifted as a whole, each token a little more
+        shifts = [-1.5, 0.0, 2.0, 0.3, -0.4, 0.8]
+        behaviour = [
+            (o + s + torch.as_tensor(rng.normal(0, 0.5, len(o)), dtype=torch.float32)).numpy()
+            for o, s in zip(old, shifts)
+        ]
+        behaviour[1][-1] = np.nan  # a token the engine gave no log-prob for
+        batch.behaviour_logprobs = behaviour
+        width = max(len(o) for o in old)
+        mask = padded([torch.ones(len(o)) for o in old], width).bool()
+        filled = [torch.from_numpy(np.where(np.isnan(b), o.numpy(), b)) for b, o in zip(behaviour, old)]
+        _, outside = off_policy_weights(
+            padded(old, width), padded(filled, width), mask, correction, (0.5, 5.0)
+        )
+        assert 0 < int(outside[mask].sum()) < int(mask.sum())  # the bounds catch some, not all
 
     local_model, openrlhf_model = copy.deepcopy(base), copy.deepcopy(base)
     local = local_loss(local_model, batch, old, ref, adv, config.update, pad_id, end_id)

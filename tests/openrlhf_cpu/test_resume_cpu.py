@@ -188,19 +188,23 @@ def start_and_signal(command: list[str], cwd: Path, log_path: Path, when: str) -
 def test_sigterm_in_a_rollout_or_an_update_loses_no_completed_iteration(ray_tmp: str, tmp_path: Path) -> None:
     """Preemption (Slurm, Kubernetes): SIGTERM to the driver, with periodic checkpoints off.
 
-    In iteration 2's rollout: the rollout is abandoned and the run stops at once, well within the
-    grace period, at iteration 1's checkpoint. Then, resumed, in iteration 3's update with no
+    In iteration 2's rollout, collected asynchronously during update 1: the rollout is abandoned
+    and the run stops well within the grace period, at iteration 1's checkpoint. Then, resumed, in iteration 3's update with no
     grace at all (``openrlhf.stop_grace_s=0``, as an update longer than the grace): the driver
     exits at once, and iteration 2 is kept (every iteration is checkpointed). A third run
-    finishes, asynchronously (``train.async_staleness=1``).
+    finishes, asynchronously (``train.async_staleness=1``) with the off-policy correction.
     """
     (tmp_path / "configs").symlink_to(REPO / "configs")
     out = tmp_path / "run"
     command = [*readme_command(), f"train.output_dir={out}", "train.save_every=0", "train.eval_every=0"]
     # a rollout of up to 48 turns (several seconds): the signal, sent when the relayed progress
-    # line shows iteration 2's first turn, lands inside it
+    # line shows iteration 2's first turn, lands inside it; asynchronous, so that rollout runs
+    # while update 1 does, and the stop lets the update finish
     first = start_and_signal(
-        [*command, "env.max_steps=48"], tmp_path, tmp_path / "first.log", "iteration 2 rollout: turn"
+        [*command, "env.max_steps=48", "train.async_staleness=1"],
+        tmp_path,
+        tmp_path / "first.log",
+        "iteration 2 rollout: turn",
     )
     assert first.returncode == 130, first.said[-3000:]
     assert "no safe point" not in first.said
@@ -234,8 +238,14 @@ def test_sigterm_in_a_rollout_or_an_update_loses_no_completed_iteration(ray_tmp:
 
     # the rest asynchronously (OpenRLHF's async mode: the engine apart from the policy, the sync
     # over the broadcast group): the first rollout fresh, then each sampled during the update
-    # before it, one version behind
-    asynchronous = [*command, "train.async_staleness=1", "--allow-config-change"]
+    # before it, one version behind; OpenRLHF's correction weighs the stale tokens by the
+    # engine's log-probs of them, which on the fresh rollout are the policy's
+    asynchronous = [
+        *command,
+        "train.async_staleness=1",
+        "update.off_policy_correction=tis",
+        "--allow-config-change",
+    ]
     third = subprocess.run(
         asynchronous, cwd=tmp_path, capture_output=True, text=True, timeout=540, check=False
     )
@@ -246,6 +256,9 @@ def test_sigterm_in_a_rollout_or_an_update_loses_no_completed_iteration(ray_tmp:
     resumed = [r for r in records if r["iteration"] > int(found[1])]
     assert [r["rollout/staleness_max"] for r in resumed] == [0] + [1] * (len(resumed) - 1), resumed
     assert all(r["engine_gap/mean"] < 1e-3 for r in resumed)  # the engine follows every sync
+    # constrained, at the run's temperature: the engine's recorded log-probs are the ones DeepSpeed scores
+    assert abs(resumed[0]["update/behaviour_kl"]) < 1e-3, resumed[0]
+    assert all(0 <= r["update/off_policy_filtered"] <= 1 for r in resumed)
 
 
 def test_sigterm_before_the_run_started_is_one_line(ray_tmp: str, tmp_path: Path) -> None:

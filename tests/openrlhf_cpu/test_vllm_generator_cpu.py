@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from hgpo_train.config import GenerationConfig
 from hgpo_train.constrained import choices_regex
 from hgpo_train.generation import VLLMGenerator
 from hgpo_train.tracking import read_metrics
+from hgpo_train.update import forward_logprobs, make_micro_batch
 
 PROMPTS = [
     "Your task is to: put the red key in the hall.\nYou are in the kitchen. Exits: north to the hall.",
@@ -92,6 +94,43 @@ def test_log_probs_match_hugging_face(generator: VLLMGenerator, hf: tuple) -> No
         start = len(gen.prompt_ids)
         diff = np.abs(engine_logprobs(generator, ids, start) - hf_logprobs(model, ids, start))
         assert diff.max() < LOGPROB_TOLERANCE, diff
+
+
+@pytest.mark.parametrize("admissible", [None, [["go north", "look", "take red key"], ["look", "inventory"]]])
+def test_recorded_log_probs_are_those_the_update_scores(
+    generator: VLLMGenerator, hf: tuple, admissible: list | None
+) -> None:
+    """``update.off_policy_correction`` reads the log-probs vLLM records while it samples: at a
+    temperature other than 1 and under the choices' mask, they are the update's own
+    (``forward_logprobs``: the same temperature, renormalised over the allowed tokens)."""
+    model, tokenizer = hf
+    generator.record_logprobs, generator.config = (
+        True,
+        generator.config.model_copy(update={"temperature": 0.7}),
+    )
+    try:
+        out = generator.generate(PROMPTS * 2, admissible=admissible and admissible * 2)
+    finally:
+        generator.record_logprobs = False
+        generator.config = generator.config.model_copy(update={"temperature": 1.0})
+    batch = SimpleNamespace(
+        prompt_ids=[np.array(g.prompt_ids) for g in out],
+        response_ids=[np.array(g.response_ids) for g in out],
+        choices=[g.choices for g in out],
+    )
+    assert all(c is not None for c in batch.choices) == (admissible is not None)
+    vocab = model.get_output_embeddings().weight.shape[0]
+    end = generator.encoder.end_id
+    micro = make_micro_batch(
+        batch, range(len(out)), tokenizer.pad_token_id or 0, end, vocab, torch.device("cpu")
+    )
+    with torch.no_grad():
+        scored = forward_logprobs(model, micro, temperature=0.7)[0]
+    for k, gen in enumerate(out):
+        recorded = np.array(gen.logprobs)
+        n = len(gen.response_ids)
+        assert recorded.shape == (n,) and not np.isnan(recorded).any()  # vLLM kept the stop token
+        assert np.abs(recorded - scored[k, :n].numpy()).max() < LOGPROB_TOLERANCE, (recorded, scored[k, :n])
 
 
 def test_after_a_weight_sync_the_engine_follows_the_trained_weights(
