@@ -53,7 +53,12 @@ def measure(backend: str, overrides: list[str]) -> tuple[float, float, float]:
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
         lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
-    records = [r for r in map(json.loads, lines) if "rollout/step_samples" in r][1:]
+    return run_shares([r for r in map(json.loads, lines) if "rollout/step_samples" in r][1:])
+
+
+def run_shares(records: list[dict[str, float]]) -> tuple[float, float, float]:
+    """Over these iterations' records: env steps per second, the share of the wall time with no
+    rollout running, and the share the trainer waited (for a rollout, or a sync for one)."""
     wall = sum(r["time/iteration_s"] for r in records)
     steps = sum(r["rollout/step_samples"] for r in records)
     rolling = sum(r["time/rollout_s"] for r in records)

@@ -3,6 +3,7 @@
     python scripts/openrlhf_gpu_check.py                        # tiny model built here: no download
     python scripts/openrlhf_gpu_check.py --model /models/Qwen2.5-0.5B-Instruct --gpus 2
     python scripts/openrlhf_gpu_check.py --check-resume         # also restart the run from its checkpoint
+    python scripts/openrlhf_gpu_check.py --check-async          # also sync vs async training (>= 2 GPUs)
 
 It runs the real backend (OpenRLHF's launcher, vLLM engines, DeepSpeed policy and reference,
 Ray env actors, the HGPO controller) on the built-in Rooms env, colocated on ``--gpus`` GPUs,
@@ -17,7 +18,13 @@ of an update is known whatever the model. It checks, and exits 1 if any check fa
    run's own warning threshold while the policy moves; the sync after update 2 is skipped on
    purpose, and the gap must then exceed it (the negative control);
 3. the run folder is complete: metrics.jsonl, a DeepSpeed checkpoint, the final HF model;
-4. with ``--check-resume``, a second launch resumes from the checkpoint and logs one more iteration.
+4. with ``--check-resume``, a second launch resumes from the checkpoint and logs one more iteration;
+5. with ``--check-async``, the plain backend trains the same Rooms config twice, half the GPUs
+   training and half running engines: synchronously, then asynchronously
+   (``train.async_staleness=1``, ``update.off_policy_correction=tis``, per-episode agent loops).
+   The async run's rollouts must be fresh first and one version behind after, and the engines must
+   follow every sync over the broadcast group (the engine gap under its warning); it reports env
+   steps per second, the trainer's waiting share and the speedup, the first iteration left out.
 
 It prints throughput (rollout steps and tokens per second, experience making, update and weight
 broadcast times) and the peak GPU memory seen by ``nvidia-smi``. Results: ``<out>/gpu_check.json``.
@@ -41,6 +48,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
+sys.path.insert(0, str(REPO / "benchmarks"))  # the throughput benchmarks' shares
 
 SKIP_SYNC_AT = 2
 """The update after which the weight sync is skipped (the negative control)."""
@@ -61,6 +69,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", default="runs/openrlhf_gpu_check", help="run folder (replaced)")
     parser.add_argument(
         "--check-resume", action="store_true", help="also relaunch and resume from the checkpoint"
+    )
+    parser.add_argument(
+        "--check-async", action="store_true", help="also compare sync and async training (>= 2 GPUs)"
     )
     return parser.parse_args(argv)
 
@@ -200,12 +211,71 @@ def check_resume(out: Path, overrides: list[str], iterations: int) -> dict[str, 
     }
 
 
+SPLIT_KEYS = (
+    "openrlhf.gpus_per_node",
+    "openrlhf.vllm_num_engines",
+    "openrlhf.colocate_all",
+    "update.mini_batch_size",
+)
+"""What :func:`async_runs` sets anew: the GPUs split between training and engines."""
+
+
+def async_runs(overrides: list[str], gpus: int, out: Path) -> dict[str, list[str]]:
+    """The sync and the async run of ``--check-async``: the check's config with half the GPUs
+    training and half running engines in both (async engines cannot share the policy's GPUs)."""
+    half = gpus // 2
+    split = [o for o in overrides if o.split("=")[0] not in (*SPLIT_KEYS, "train.output_dir")] + [
+        f"openrlhf.gpus_per_node={half}",
+        f"openrlhf.vllm_num_engines={half}",
+        "openrlhf.colocate_all=false",
+        f"update.mini_batch_size={8 * half}",
+        "generation.agent_loop=per_episode",
+    ]
+    asynchronous = ["train.async_staleness=1", "update.off_policy_correction=tis"]
+    return {
+        "sync": [*split, f"train.output_dir={out / 'sync'}"],
+        "async": [*split, *asynchronous, f"train.output_dir={out / 'async'}"],
+    }
+
+
+def check_async(overrides: list[str], gpus: int, out: Path, gap_warning: float) -> dict[str, Any]:
+    """Run :func:`async_runs` one after the other; the async run's verdict and both runs' throughput."""
+    from async_throughput import run_shares
+
+    from hgpo_train.tracking import read_metrics
+
+    result: dict[str, Any] = {}
+    for mode, run in async_runs(overrides, gpus, out).items():
+        proc = subprocess.run([sys.executable, "-m", "hgpo_train.openrlhf", *run], cwd=REPO, check=False)
+        if proc.returncode != 0:
+            return {"ok": False, "failed_run": mode, "returncode": proc.returncode}
+        records = [r for r in read_metrics(out / mode / "metrics.jsonl") if "rollout/step_samples" in r]
+        steps_per_s, idle, waiting = run_shares(records[1:])
+        result[mode] = {
+            "env_steps_per_s": steps_per_s,
+            "no_rollout_share": idle,
+            "trainer_waiting_share": waiting,
+            "staleness": [r["rollout/staleness_max"] for r in records],
+            "engine_gap_max": max(
+                (r["engine_gap/mean"] for r in records if "engine_gap/mean" in r), default=None
+            ),
+            "behaviour_kl": [r.get("update/behaviour_kl") for r in records],
+        }
+    asynchronous = result["async"]
+    result["speedup"] = asynchronous["env_steps_per_s"] / result["sync"]["env_steps_per_s"]
+    staleness, gap = asynchronous["staleness"], asynchronous["engine_gap_max"]
+    result["ok"] = staleness == [0] + [1] * (len(staleness) - 1) and gap is not None and gap < gap_warning
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.iterations <= SKIP_SYNC_AT + 1:
         sys.exit(f"--iterations must be at least {SKIP_SYNC_AT + 2}")
     print("preflight:")
     gpus = preflight(args.gpus)
+    if args.check_async and gpus < 2:
+        sys.exit("--check-async needs at least 2 GPUs: asynchronous engines cannot share the policy's")
     out = (REPO / args.out).resolve() if not Path(args.out).is_absolute() else Path(args.out)
     shutil.rmtree(out, ignore_errors=True)
 
@@ -229,6 +299,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.check_resume:
         checks["resume_from_checkpoint"] = check_resume(out, overrides, args.iterations)
         ok = ok and checks["resume_from_checkpoint"]["ok"]
+    if args.check_async:
+        checks["async_training"] = check_async(
+            overrides, gpus, out / "async_check", cluster.engine_gap_warning
+        )
+        ok = ok and checks["async_training"]["ok"]
     result = {
         "ok": ok,
         "wall_s": time.perf_counter() - started,

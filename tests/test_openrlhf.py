@@ -630,6 +630,17 @@ def test_gpu_check_scripts_cpu_parts(tmp_path) -> None:
         assert config.update.mini_batch_size == 8 * gpus and config.model.name_or_path == "tiny"
     with pytest.raises(SystemExit, match="install the GPU stack first"):
         script.preflight(0)
+    overrides = script.run_config(args, 4, tmp_path / "run")
+    runs = script.async_runs(overrides, 4, tmp_path / "async")  # --check-async: 2 GPUs train, 2 sample
+    for mode, staleness in (("sync", 0), ("async", 1)):
+        config, cluster = load_run(None, runs[mode])
+        assert (cluster.dp_size, cluster.vllm_num_engines, cluster.colocate_all) == (2, 2, False)
+        assert config.train.async_staleness == staleness and config.generation.agent_loop == "per_episode"
+        assert config.train.output_dir == str(tmp_path / "async" / mode)
+    assert load_run(None, runs["async"])[0].update.off_policy_correction == "tis"
+    script.preflight = lambda gpus: 1  # one GPU visible (there is none here)
+    with pytest.raises(SystemExit, match="--check-async needs at least 2 GPUs"):
+        script.main(["--check-async", "--out", str(tmp_path / "one")])
 
 
 def test_engine_gap_is_per_engine_and_reports_the_worst() -> None:
