@@ -178,3 +178,17 @@ def test_shell_command_names_what_exists(where: str, argv: list[str]):
     for arg in argv:
         if arg.startswith("configs/"):
             assert (REPO / arg).is_file(), f"{where}: {arg} does not exist"
+
+
+def test_the_timeline_pages_tables_are_what_the_model_prints():
+    """docs/training/timeline.md shows scripts/timeline_model.py's output with its defaults."""
+    printed = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "timeline_model.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    rows = [line for line in printed.splitlines() if line.startswith(("| sync", "| async"))]
+    page = (REPO / "docs" / "training" / "timeline.md").read_text()
+    assert len(rows) == 12 and all(row in page for row in rows)
