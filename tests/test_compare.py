@@ -124,3 +124,24 @@ def test_a_nested_estimator_setting_names_its_row(tmp_path, capsys):
         "crbc (crbc.depth=inf)",
         "crbc (crbc.depth=0)",
     ]
+
+
+def test_asynchronous_runs_are_a_row_of_their_own_against_the_synchronous_ones(tmp_path, capsys):
+    """``train.async_staleness`` is recorded with the method's settings: the async runs of HGPO get
+    a row beside the sync ones, and the paired difference per training seed against them."""
+    from hgpo_train.config import load_config
+    from hgpo_train.eval import EpisodeResult, EvalResult, results_json
+
+    files = []
+    for staleness, success in ((0, 0.5), (1, 0.75)):
+        config = load_config(env="rooms", overrides=[f"train.async_staleness={staleness}"])
+        played = EvalResult([EpisodeResult(0, 123, "task", None, True, 1.0, 3, "1")], settings=SETTINGS)
+        settings = results_json(config, played, checkpoint="none")["run"]["method_settings"]
+        assert settings["async_staleness"] == staleness and settings["off_policy_correction"] == "off"
+        folder = tmp_path / f"async{staleness}"
+        folder.mkdir()
+        files += [write(folder, "hgpo", s, success, method_settings=settings) for s in range(3)]
+    assert main([*files, "--baseline", "hgpo (async_staleness=0)"]) == 0
+    methods = json.loads(capsys.readouterr().out)["methods"]
+    assert list(methods) == ["hgpo (async_staleness=0)", "hgpo (async_staleness=1)"]
+    assert methods["hgpo (async_staleness=1)"]["paired_difference"]["mean"] == pytest.approx(0.25)
