@@ -317,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = args.run or Path(config.train.output_dir)
     checkpoint = args.checkpoint or (latest_checkpoint(args.run) if args.run else None)
     loaded = load_run_policy(config, run_dir, resolve_device(config.train.device), checkpoint)
-    evaluator = Evaluator(config, build_generator(config, loaded), loaded.tokenizer)
+    evaluator = Evaluator(config, build_generator(config, loaded, training=False), loaded.tokenizer)
     try:
         result = evaluator.run()
     except PanelError as error:

@@ -50,12 +50,13 @@ def load_run_policy(
     return LoadedPolicy(model, tokenizer, base, checkpoint)
 
 
-def build_generator(config: Config, loaded: LoadedPolicy) -> Any:
+def build_generator(config: Config, loaded: LoadedPolicy, *, training: bool = True) -> Any:
     """The configured generation backend, holding the loaded policy's current weights. The ``hf``
     backend samples with the trained model itself, or, in an asynchronous run (whose rollouts
-    sample while the update changes the model), with a frozen copy of it."""
+    sample while the update changes the model), with a frozen copy of it; ``training=False``
+    (an evaluation alone: nothing changes the model) never copies it."""
     model = loaded.model
-    if config.generation.backend == "hf" and config.train.async_staleness:
+    if config.generation.backend == "hf" and config.train.async_staleness and training:
         model = copy.deepcopy(model).requires_grad_(False)
     generator = make_generator(
         config.generation.backend,

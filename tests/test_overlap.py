@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+import torch
 from test_train_e2e import ROOMS, TINY
 from test_train_loss import step_batch
 
@@ -17,6 +18,7 @@ from hgpo_train.batch import StepBatch
 from hgpo_train.checkpoint import list_checkpoints
 from hgpo_train.config import load_config
 from hgpo_train.overlap import EngineWeights, FairLock, RolloutsAhead
+from hgpo_train.policy import build_generator, load_run_policy
 from hgpo_train.stopping import RolloutStopped, StopRequested, request_stop
 from hgpo_train.tracking import read_metrics
 from hgpo_train.train import Trainer
@@ -198,6 +200,17 @@ def test_the_correction_reads_the_log_probs_of_the_weights_that_sampled(tmp_path
     records = read_metrics(tmp_path / "metrics.jsonl")
     assert abs(records[0]["update/behaviour_kl"]) < 1e-6 and records[0]["update/off_policy_filtered"] == 0
     assert all(abs(r["update/behaviour_kl"]) > 1e-5 for r in records[1:]), records
+
+
+def test_an_evaluation_alone_samples_with_the_model_itself(tmp_path) -> None:
+    """An async run's hf generator samples with a copy of the policy (the update changes it
+    meanwhile); ``python -m hgpo_train.eval`` of the same config changes nothing, so copies nothing."""
+    config = load_config(
+        env="rooms", overrides=[*ROOMS, "train.async_staleness=1", f"train.output_dir={tmp_path}"]
+    )
+    loaded = load_run_policy(config, tmp_path, torch.device("cpu"), None)
+    assert build_generator(config, loaded).model is not loaded.model
+    assert build_generator(config, loaded, training=False).model is loaded.model
 
 
 def test_a_stop_during_an_asynchronous_update_checkpoints_it_and_a_rerun_resumes(tmp_path) -> None:
