@@ -72,6 +72,7 @@ def measure(trainer: Trainer, rounds: int, batch_size: int) -> dict[str, list[tu
                 clock,
                 seeds=seeds,
                 constrained=config.generation.constrained,
+                response_format=config.env.response_format,
                 agent_loop=mode,
                 max_batch=batch_size,
             )
@@ -107,7 +108,10 @@ def main(argv: list[str] | None = None) -> int:
             trainer = Trainer(config)
             try:
                 collect_rollouts(
-                    trainer.pool, trainer.generator, constrained=config.generation.constrained
+                    trainer.pool,
+                    trainer.generator,
+                    constrained=config.generation.constrained,
+                    response_format=config.env.response_format,
                 )  # warm-up
                 results = measure(trainer, args.rounds, config.generation.batch_size)
             finally:

@@ -17,7 +17,6 @@ other levels 0; its action key is the summary's.
 
 from __future__ import annotations
 
-import re
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, SupportsFloat
@@ -32,6 +31,7 @@ from hgpo_env.memory import (
     PastStep,
     PromptTemplate,
     Tokenizer,
+    sentences,
     tagged,
 )
 
@@ -46,7 +46,6 @@ SUMMARY_FORMATS = {
         "Reply with a summary of {what}, keeping what you will need later, and nothing else."
     ),
 }
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
 class SummaryRequest(NamedTuple):
@@ -62,9 +61,8 @@ class SummaryRequest(NamedTuple):
 def shown_facts(previous: str | None, leaving: Sequence[PastStep]) -> list[str]:
     """The facts a summary turn offers as its admissible replies (for constrained decoding): the
     old summary, then each sentence the leaving observations showed, without repeats."""
-    sentences = [s for past in leaving for s in _SENTENCE_END.split(past.observation)]
     facts = [previous] if previous else []
-    facts += [canonical_text(s) for s in sentences if canonical_text(s)]
+    facts += [fact for past in leaving for fact in sentences(past.observation)]
     return list(dict.fromkeys(facts))
 
 
@@ -114,7 +112,6 @@ class CompactionMemory(KStepMemory):
         self.compact_every = compact_every
         self.compact_at_tokens = compact_at_tokens
         self.summarizer = summarizer
-        self.response_format = response_format
         self._tokenizer = tokenizer
         self._history = deque()  # every step since the last compaction
         self._shown_history = deque()
@@ -181,17 +178,22 @@ class CompactionMemory(KStepMemory):
 
     def _request_info(self, info: dict[str, Any]) -> dict[str, Any]:
         """The info of a summary turn's prompt: the step's own keys, the request's fingerprints
-        (level 0 only) and the facts it offers."""
+        (level 0 only) and the facts it offers, bare and as whole replies."""
         body = "\n".join([*self._summary_lines(), *(self.template.past_step(p) for p in self._leaving)])
+        facts = shown_facts(self._summary, self._leaving)
         levels = (self.fingerprinter.text("summary-request", body),) + (MISSING,) * self.history_length
         return {
             **info,
             "turn": SUMMARY_TURN,
             "state_text": body,
-            "admissible_actions": shown_facts(self._summary, self._leaving),
+            "admissible_actions": facts,
+            "admissible_replies": [self._summary_reply(fact) for fact in facts],
             "fingerprints": levels,
             "history_used": len(self._leaving),
         }
+
+    def _summary_reply(self, summary: str) -> str:
+        return summary if self.response_format == "plain" else f"<summary>{summary}</summary>"
 
     def _take_summary(self, reply: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
         """The summary turn's step: fold the leaving steps into the reply, then show the prompt

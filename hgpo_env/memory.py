@@ -42,6 +42,7 @@ NO_ACTION = "(no valid action)"
 ACTION_TURN, SUMMARY_TURN = "action", "summary"
 """What a prompt asks for (``info["turn"]``): a command for the env, or a summary of the steps
 leaving the context (:class:`~hgpo_env.compaction.CompactionMemory`)."""
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
 def tagged(response: str, tag: str) -> str | None:
@@ -49,6 +50,17 @@ def tagged(response: str, tag: str) -> str | None:
     case), None when it has none."""
     found = re.findall(rf"<{re.escape(tag)}>(.*?)</{re.escape(tag)}>", response, re.IGNORECASE | re.DOTALL)
     return canonical_text(found[-1]) if found else None
+
+
+def action_reply(command: str, response_format: str) -> str:
+    """The reply that gives ``command`` in ``response_format`` and says nothing else: what an
+    agent whose replies are chosen from a list (constrained decoding) writes."""
+    return command if response_format == "plain" else f"<action>{command}</action>"
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of ``text``, canonical, in order: the facts a memory turn can offer to keep."""
+    return [s for s in (canonical_text(part) for part in _SENTENCE_END.split(text)) if s]
 
 
 def untagged(response: str, tag: str) -> str:
@@ -188,6 +200,7 @@ class KStepMemory(gym.Wrapper[str, str, str, str]):
             )
         self.history_length = history_length
         self.template = template
+        self.response_format = response_format
         self.tokenizer = tokenizer
         self.max_prompt_tokens = max_prompt_tokens
         self.fingerprinter = Fingerprinter(

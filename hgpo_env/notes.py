@@ -5,12 +5,17 @@ Each reply carries the notes in a tag the prompt's answer format names (``<notes
 the wrapper takes them out before the env's parser sees the reply, and the next prompt shows them.
 A reply without the tag leaves the notes empty: the reply is the agent's whole memory.
 
+For an agent that chooses its reply from a list (constrained decoding), ``info["admissible_replies"]``
+pairs each note it may keep (its notes so far, or one sentence of the observation) with each
+admissible command.
+
 Keys (:mod:`hgpo_env.fingerprint`): level 0 is the state, level 1 the state with the notes shown;
 levels above 1 (up to K = ``history_length``) are 0, as the prompt shows no past step.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
@@ -21,6 +26,8 @@ from hgpo_env.memory import (
     DEFAULT_HISTORY_LENGTH,
     KStepMemory,
     PromptTemplate,
+    action_reply,
+    sentences,
     tagged,
     untagged,
 )
@@ -100,6 +107,19 @@ class NotesMemory(KStepMemory):
         self._notes = tagged(action, self.notes_tag) or ""
         obs, reward, terminated, truncated, info = self._act(untagged(action, self.notes_tag))
         return self._observe(obs, info), reward, terminated, truncated, info
+
+    def _observe(self, obs: str, info: dict[str, Any]) -> str:
+        prompt = super()._observe(obs, info)
+        info["admissible_replies"] = self.replies(obs, info["admissible_actions"])
+        return prompt
+
+    def replies(self, obs: str, commands: Sequence[str]) -> list[str]:
+        """Every reply that keeps one note (the notes so far, or a sentence of ``obs``) and gives
+        one of ``commands``."""
+        kept = list(dict.fromkeys([*([self._notes] if self._notes else []), *sentences(obs)]))
+        tag, fmt = self.notes_tag, self.response_format
+        space = " " if fmt == "plain" else ""
+        return [f"<{tag}>{note}</{tag}>{space}{action_reply(c, fmt)}" for note in kept for c in commands]
 
     def _context(self, obs: str, info: dict[str, Any]) -> tuple[str, tuple[int, ...], int]:
         prompt = self._render([], obs, info, [f"Your notes: {self._notes or '(empty)'}"])

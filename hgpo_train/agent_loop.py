@@ -174,23 +174,27 @@ class MicroBatcher:
 def submitter(
     generator: Generator | RequestSubmitter,
     *,
-    constrained: bool,
+    replies: Callable[[dict[str, Any]], Sequence[str]] | None,
     temperature: float | None,
     max_batch: int,
 ) -> Iterator[Submit[Generation]]:
     """The :data:`Submit` of ``generator`` for one rollout: its own ``submit`` where it takes
-    single requests, else a :class:`MicroBatcher` over its ``generate``. ``constrained`` sends each
-    prompt's admissible commands along."""
+    single requests, else a :class:`MicroBatcher` over its ``generate``. ``replies`` (constrained
+    decoding) gives the replies each prompt's response must be one of, from its info."""
     if hasattr(generator, "submit"):
-        yield _asking(generator, constrained, temperature)
+        yield _asking(generator, replies, temperature)
         return
     with MicroBatcher(generator, max_batch) as batcher:
-        yield _asking(batcher, constrained, temperature)
+        yield _asking(batcher, replies, temperature)
 
 
-def _asking(target: RequestSubmitter, constrained: bool, temperature: float | None) -> Submit[Generation]:
+def _asking(
+    target: RequestSubmitter,
+    replies: Callable[[dict[str, Any]], Sequence[str]] | None,
+    temperature: float | None,
+) -> Submit[Generation]:
     def submit(prompt: str, info: dict[str, Any], group: int) -> Future[Generation]:
-        admissible = info["admissible_actions"] if constrained else None
+        admissible = replies(info) if replies is not None else None
         return target.submit(prompt, admissible, temperature, group)
 
     return submit

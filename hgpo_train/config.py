@@ -168,6 +168,18 @@ class EnvConfig(Section):
     def env_id(self) -> str:
         return ENV_IDS.get(self.name, self.name)
 
+    @property
+    def memory_kwargs(self) -> dict[str, Any]:
+        """The memory kind and its options that take no tokenizer, only where not the window's
+        defaults: envs served by a server that predates memory kinds still take a window run's."""
+        if self.memory == "window":
+            return {}
+        options = {"compact_every": self.compact_every, "notes_tag": self.notes_tag}
+        return {
+            "memory": self.memory,
+            **{name: value for name, value in options.items() if value is not None},
+        }
+
     @model_validator(mode="after")
     def _memory_options(self) -> EnvConfig:
         """The memory options belong to the chosen kind (a compaction trigger, a notes tag)."""
@@ -193,7 +205,8 @@ class GenerationConfig(Section):
     top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
     """Nucleus sampling; below 1 the sampled distribution differs from the one trained on."""
     constrained: bool = False
-    """Choice-constrained decoding: the response is always one admissible command."""
+    """Choice-constrained decoding: the response is always one of the prompt's replies, an
+    admissible command (on a memory turn, a fact to keep: :mod:`hgpo_train.constrained`)."""
     batch_size: PositiveInt = 64
     """Prompts per ``generate`` call of the trainer's own generator (HF, or offline vLLM under
     ``agent_loop: per_episode``)."""
@@ -424,11 +437,6 @@ class Config(Section):
         """Checks across fields that their types cannot express."""
         if self.update.micro_batch_size > self.update.mini_batch_size:
             raise ValueError("update.micro_batch_size cannot exceed update.mini_batch_size")
-        if self.env.memory == "notes" and self.generation.constrained:
-            raise ValueError(
-                "env.memory: notes needs free replies (the notes go in them), but generation.constrained "
-                "picks one admissible command: the notes would always be empty"
-            )
         if not self.update.train_summaries and self.env.memory != "compaction":
             raise ValueError(
                 f"update.train_summaries: false masks summary turns, which env.memory: {self.env.memory} "

@@ -1,10 +1,12 @@
 """Choice-constrained decoding (``generation.constrained``): a response that must be one command.
 
-A constrained response is one of the admissible commands followed by the end-of-turn token: the commands are tokenised and put in a
-token prefix tree (:class:`ChoiceTrie`); at each position only the tokens that keep the response
-on some choice may be sampled. In the ``plain`` response format the response is the bare command;
-in ``think_action`` it is ``<action>command</action>`` (no reasoning: reasoning cannot be
-constrained to a finite set).
+A constrained response is one of the prompt's replies (:func:`reply_choices`) followed by the
+end-of-turn token: the replies are tokenised and put in a token prefix tree (:class:`ChoiceTrie`);
+at each position only the tokens that keep the response on some choice may be sampled. A reply
+is an admissible command: in the ``plain`` response format the bare command, in ``think_action``
+``<action>command</action>`` (no reasoning: reasoning cannot be constrained to a finite set).
+Memory turns offer whole replies of their own: a summary turn the facts it showed, a notes
+prompt each note it may keep with each command (:mod:`hgpo_env.notes`).
 
 A command whose bracketed argument is a ``<placeholder>`` (:data:`SLOT`), as WebShop's
 ``search[<your query>]``, is a template: the response is its text up to the ``[`` (token by
@@ -23,12 +25,14 @@ list, or as a ``regex`` when a command has a slot.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from transformers import LogitsProcessor
+
+from hgpo_env.memory import action_reply
 
 SLOT = re.compile(r"\[(<[^<>\[\]\n]+>)\]")
 """A free-text slot: a ``<placeholder>`` that is a command's whole bracketed argument (group 1)."""
@@ -279,9 +283,13 @@ class ChoiceLogitsProcessor(LogitsProcessor):
         return scores.masked_fill(~allowed.to(scores.device), float("-inf"))
 
 
-def format_choice(command: str, response_format: str) -> str:
-    """The response text that carries ``command`` in the env's response format."""
-    return command if response_format == "plain" else f"<action>{command}</action>"
+def reply_choices(info: Mapping[str, Any], response_format: str) -> list[str]:
+    """The replies a constrained response to this prompt must be one of: those the env offers
+    whole (``info["admissible_replies"]``: a summary turn's facts, notes with a command), else
+    each admissible command as ``response_format`` gives it."""
+    if "admissible_replies" in info:
+        return list(info["admissible_replies"])
+    return [action_reply(command, response_format) for command in info["admissible_actions"]]
 
 
 def _regex_escape(text: str) -> str:

@@ -233,6 +233,7 @@ class Evaluator:
                         seeds=[seed] * len(ids),
                         task_ids=ids,
                         constrained=cfg.generation.constrained,
+                        response_format=cfg.env.response_format,
                         temperature=cfg.eval.temperature,
                     )
                     e = batch.episodes

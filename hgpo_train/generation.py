@@ -31,7 +31,6 @@ from hgpo_train.constrained import (
     SlotVocabulary,
     choice_args,
     choices_regex,
-    format_choice,
     on_trie,
     slot_vocabulary,
     split_slot,
@@ -82,12 +81,12 @@ class PromptEncoder:
         )
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    def choices(self, commands: Sequence[str]) -> Choices:
-        """The commands as choices (tokenised once per command)."""
-        for command in commands:
-            if command not in self._choice_cache:
-                self._choice_cache[command] = self._choice(format_choice(command, self.response_format))
-        return tuple(self._choice_cache[command] for command in commands)
+    def choices(self, replies: Sequence[str]) -> Choices:
+        """The replies (:func:`~hgpo_train.constrained.reply_choices`) as choices, each tokenised once."""
+        for reply in replies:
+            if reply not in self._choice_cache:
+                self._choice_cache[reply] = self._choice(reply)
+        return tuple(self._choice_cache[reply] for reply in replies)
 
     def _choice(self, text: str) -> Choice:
         parts = split_slot(text)
@@ -218,12 +217,13 @@ class HFGenerator:
 
 @dataclass
 class VLLMRequest:
-    """One prompt for a vLLM engine: its token ids, the ``SamplingParams`` keywords, its commands."""
+    """One prompt for a vLLM engine: its token ids, the ``SamplingParams`` keywords, the replies
+    it is constrained to."""
 
     encoder: PromptEncoder
     prompt_ids: list[int]
     sampling: dict[str, Any]
-    commands: Sequence[str] | None
+    replies: Sequence[str] | None
 
     def generation(self, completion: Any) -> Generation:
         """A :class:`Generation` from the engine's ``CompletionOutput`` for this request.
@@ -240,7 +240,7 @@ class VLLMRequest:
             response.append(encoder.end_id)
         if logprobs is not None:
             logprobs += [math.nan] * (len(response) - len(logprobs))
-        choices = encoder.choices(self.commands) if self.commands is not None else None
+        choices = encoder.choices(self.replies) if self.replies is not None else None
         if choices is not None and not on_trie(choices, response, encoder.end_id):
             choices = None
         return Generation(self.prompt_ids, response, encoder.decode(response), choices, logprobs)
@@ -257,7 +257,7 @@ def vllm_requests(
 ) -> list[VLLMRequest]:
     """The start of every vLLM generation, in process or on OpenRLHF's engines: prompts encoded
     once, sampling at ``temperature`` (None: the config's), stopping at :attr:`PromptEncoder.end_ids`,
-    constrained to the admissible commands when given, and with ``max_len`` (prompt + response
+    constrained to the given replies, and with ``max_len`` (prompt + response
     tokens) the response budget shrunk to fit; a prompt that leaves no room raises
     :class:`PromptTooLongError`. ``logprobs``: each sampled token's log-prob comes back too."""
     temperature = config.temperature if temperature is None else temperature
@@ -270,16 +270,16 @@ def vllm_requests(
                 f"a prompt of {len(ids)} tokens leaves no room for a response within openrlhf.max_len="
                 f"{max_len}; set env.max_prompt_tokens (the memory window then shrinks to fit)"
             )
-        commands = admissible[i] if admissible else None
+        replies = admissible[i] if admissible else None
         sampling = {
             "temperature": temperature,
             "top_p": config.top_p,
             "max_tokens": room,
             "stop_token_ids": encoder.end_ids,
-            **constrained_sampling(encoder, commands),
+            **constrained_sampling(encoder, replies),
             **({"logprobs": 0} if logprobs else {}),  # 0: the sampled token's alone
         }
-        requests.append(VLLMRequest(encoder, ids, sampling, commands))
+        requests.append(VLLMRequest(encoder, ids, sampling, replies))
     return requests
 
 
@@ -397,16 +397,16 @@ class VLLMGenerator(RequestGenerator):
             self.llm.llm_engine.model_executor.driver_worker.model_runner.model.load_weights(weights)
 
 
-def constrained_sampling(encoder: PromptEncoder, commands: Sequence[str] | None) -> dict[str, Any]:
-    """``vllm.SamplingParams`` keywords that restrict a response to ``commands`` (none for None):
-    the commands' token trie through :mod:`hgpo_train.vllm_choices` (the tokenisation the update
+def constrained_sampling(encoder: PromptEncoder, replies: Sequence[str] | None) -> dict[str, Any]:
+    """``vllm.SamplingParams`` keywords that restrict a response to ``replies`` (none for None):
+    the replies' token trie through :mod:`hgpo_train.vllm_choices` (the tokenisation the update
     renormalises over), or, when a command has a free-text slot, vLLM's structured outputs (a regex)."""
-    if commands is None:
+    if replies is None:
         return {}
-    args = choice_args(encoder.choices(commands), encoder.end_id)
+    args = choice_args(encoder.choices(replies), encoder.end_id)
     if args is not None:
         return {"extra_args": args}
-    regex = choices_regex([format_choice(c, encoder.response_format) for c in commands])
+    regex = choices_regex(replies)
     params_module = importlib.import_module("vllm.sampling_params")
     if hasattr(params_module, "StructuredOutputsParams"):  # vLLM >= 0.11
         return {"structured_outputs": params_module.StructuredOutputsParams(regex=regex)}

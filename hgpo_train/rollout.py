@@ -13,6 +13,7 @@ import math
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, Protocol, TextIO
 
 import gymnasium as gym
@@ -25,6 +26,7 @@ from hgpo_train.advantage import ProgressColumns
 from hgpo_train.agent_loop import AGENT_LOOPS, play_agent_loops, submitter
 from hgpo_train.batch import Episodes, StepBatch
 from hgpo_train.config import EnvConfig
+from hgpo_train.constrained import reply_choices
 from hgpo_train.episodes import OUTCOMES, EnvPool, Episode, EpisodeRecorder, R
 from hgpo_train.generation import Generation
 
@@ -131,7 +133,7 @@ def _env_kwargs(env: EnvConfig, tokenizer: Any, overrides: Mapping[str, Any]) ->
         "protocol": env.protocol,
         "max_steps": env.max_steps,
         "success_reward": env.success_reward,
-        **_memory_kwargs(env),
+        **env.memory_kwargs,
         **env.kwargs,
         **overrides,
     }
@@ -140,15 +142,6 @@ def _env_kwargs(env: EnvConfig, tokenizer: Any, overrides: Mapping[str, Any]) ->
     if env.compact_at_tokens is not None:
         kwargs.update(tokenizer=tokenizer, compact_at_tokens=env.compact_at_tokens)
     return kwargs
-
-
-def _memory_kwargs(env: EnvConfig) -> dict[str, Any]:
-    """The memory kind and its options, only where not the window's defaults: envs served by a
-    server that predates memory kinds still take the config of a window run."""
-    if env.memory == "window":
-        return {}
-    options = {"compact_every": env.compact_every, "notes_tag": env.notes_tag}
-    return {"memory": env.memory, **{name: value for name, value in options.items() if value is not None}}
 
 
 def play_episodes(
@@ -233,6 +226,7 @@ def collect_rollouts(
     seeds: Sequence[int] | None = None,
     task_ids: Sequence[int] | None = None,
     constrained: bool = False,
+    response_format: str | None = None,
     temperature: float | None = None,
     on_turn: Callable[[int, int, int], None] | None = None,
     agent_loop: str = "lockstep",
@@ -240,7 +234,8 @@ def collect_rollouts(
 ) -> StepBatch:
     """Play one episode in every env of ``pool`` (one seed / task id per group) and record each step.
 
-    ``constrained`` restricts every response to the admissible commands of its prompt; ``on_turn``
+    ``constrained`` restricts every response to its prompt's replies
+    (:func:`~hgpo_train.constrained.reply_choices` in the env's ``response_format``); ``on_turn``
     reports progress (:func:`play_episodes`). ``agent_loop``: ``"lockstep"`` turns
     (:func:`play_episodes`, the default: a sampled rollout replays exactly from its seed) or
     ``"per_episode"`` loops (:func:`~hgpo_train.agent_loop.play_agent_loops`: env steps overlap
@@ -249,20 +244,21 @@ def collect_rollouts(
     ``batch.extras["timing"]`` holds the seconds the rollout waited on the envs (``env_s``) and
     the rest (``generate_s``: waiting on generation).
     """
+    if constrained and response_format is None:
+        raise ValueError("constrained decoding needs the env's response_format (its replies' layout)")
+    replies = partial(reply_choices, response_format=response_format) if constrained else None
     timed = _TimedPool(pool)
     start = time.perf_counter()
     if agent_loop == "lockstep":
 
         def respond(prompts: list[str], infos: list[dict[str, Any]]) -> list[Generation]:
-            admissible = [info["admissible_actions"] for info in infos] if constrained else None
+            admissible = [replies(info) for info in infos] if replies is not None else None
             return generator.generate(prompts, admissible, temperature)
 
         episodes = play_episodes(timed, respond, seeds=seeds, task_ids=task_ids, on_turn=on_turn)
     elif agent_loop == "per_episode":
         batch_cap = max_batch or pool.num_envs
-        with submitter(
-            generator, constrained=constrained, temperature=temperature, max_batch=batch_cap
-        ) as submit:
+        with submitter(generator, replies=replies, temperature=temperature, max_batch=batch_cap) as submit:
             episodes = play_agent_loops(timed, submit, seeds=seeds, task_ids=task_ids, on_turn=on_turn)
     else:
         raise ValueError(f"agent_loop must be one of {AGENT_LOOPS}, got {agent_loop!r}")

@@ -30,28 +30,34 @@ SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
 def env_corpus(env: EnvConfig, episodes: int, seed: int = 0) -> tuple[list[str], list[str]]:
-    """Prompts and responses of random-play episodes (the text the tokenizer must encode well),
-    and the prompt template's fixed paragraphs (intro, answer format)."""
+    """Prompts and responses of random-play episodes under the run's memory kind (the text the
+    tokenizer must encode well), and the prompt template's fixed paragraphs (intro, answer format)."""
     import gymnasium as gym
 
     import hgpo_env  # noqa: F401  (registers the HGPO-* ids)
+    from hgpo_env.memory import action_reply
+    from hgpo_train.constrained import reply_choices
 
     rng = random.Random(seed)
     texts = []
+    memory = env.memory_kwargs
+    if memory.get("memory") == "compaction" and "compact_every" not in memory:
+        memory["compact_every"] = env.history_length + 1  # compaction by tokens needs this tokenizer
     made = gym.make(
         env.env_id,
         history_length=env.history_length,
         response_format=env.response_format,
         max_steps=env.max_steps,
+        **memory,
         **env.kwargs,
     )
+    probes = [action_reply(probe, env.response_format) for probe in PROBES]
     try:
         for episode in range(episodes):
             prompt, info = made.reset(seed=seed + episode)
             done = False
             while not done:
-                command = rng.choice(info["admissible_actions"] or PROBES)
-                response = command if env.response_format == "plain" else f"<action>{command}</action>"
+                response = rng.choice(reply_choices(info, env.response_format) or probes)
                 texts.append(f"user\n{prompt}\nassistant\n{response}")
                 prompt, _, terminated, truncated, info = made.step(response)
                 done = terminated or truncated

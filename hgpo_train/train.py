@@ -235,6 +235,7 @@ class Trainer:
             seeds=seeds,
             task_ids=task_ids,
             constrained=self.config.generation.constrained,
+            response_format=self.config.env.response_format,
             agent_loop=self.config.generation.agent_loop,
             max_batch=self.config.generation.batch_size,
             on_turn=on_turn,

@@ -115,7 +115,14 @@ def pool():
 
 
 def rollout(pool, generator, **options):
-    return collect_rollouts(pool, generator, seeds=[3, 4, 5], task_ids=[0, 1, 2], **options)
+    return collect_rollouts(
+        pool,
+        generator,
+        seeds=[3, 4, 5],
+        task_ids=[0, 1, 2],
+        response_format=ROOMS_ENV.response_format,
+        **options,
+    )
 
 
 def assert_same_rollouts(a, b) -> None:

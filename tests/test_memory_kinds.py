@@ -170,6 +170,22 @@ def test_a_summary_turn_offers_the_facts_it_was_shown():
     assert offered_again[0] == "the first fact"  # the old summary comes first
 
 
+@pytest.mark.parametrize(
+    ("response_format", "layout"), [("plain", "{}"), ("think_action", "<summary>{}</summary>")]
+)
+def test_a_summary_turns_replies_are_its_facts_in_the_reply_format(response_format, layout):
+    env = gym.make("HGPO-Rooms-v0", memory="compaction", compact_every=3, response_format=response_format)
+    _, info = env.reset(options=TASK)
+    while info["turn"] == "action":
+        command = env.unwrapped.expert_action()
+        *_, info = env.step(command if response_format == "plain" else f"<action>{command}</action>")
+    facts = info["admissible_actions"]
+    assert len(facts) > 1 and info["admissible_replies"] == [layout.format(fact) for fact in facts]
+    prompt, _, _, _, after = env.step(info["admissible_replies"][-1])
+    assert after["action_valid"] and after["parsed_action"] == facts[-1]
+    assert f"step(s): {facts[-1]}" in prompt
+
+
 def test_a_summarizer_writes_the_summary_and_the_agent_sees_no_summary_turn():
     asked = []
 
@@ -260,6 +276,29 @@ def test_notes_keys_level_one_holds_the_notes():
     state = fp.state(same["state_text"])
     assert same["fingerprints"] == (state, fp.levels(state, [fp.text("notes", "red key")], 2)[1], MISSING)
     assert other["fingerprints"][0] == state and other["fingerprints"][1] != same["fingerprints"][1]
+
+
+@pytest.mark.parametrize(
+    ("response_format", "layout"),
+    [("plain", "<notes>{}</notes> {}"), ("think_action", "<notes>{}</notes><action>{}</action>")],
+)
+def test_notes_prompts_offer_each_note_to_keep_with_each_command(response_format, layout):
+    """For constrained decoding: the notes so far or a sentence of the observation, then a command."""
+    env = gym.make("HGPO-Corridor-v0", memory="notes", response_format=response_format)
+    _, info = env.reset(options={"task_id": 1})
+    sign = "A sign on the wall reads: the vault opens with the blue key."
+    hall = ["You are in the hall.", sign, "You see: red key, blue key.", "Exits: east."]
+    commands = info["admissible_actions"]
+    assert info["admissible_replies"] == [layout.format(note, c) for note in hall for c in commands]
+    prompt, _, _, _, info = env.step(layout.format(sign, "take blue key"))
+    assert (
+        info["action_valid"] and info["parsed_action"] == "take blue key" and f"Your notes: {sign}" in prompt
+    )
+    prompt, _, _, _, info = env.step(layout.format(sign, "go east"))
+    corridor = ["You walk east.", "You are in the corridor.", "Exits: east, west."]
+    assert info["admissible_replies"] == [
+        layout.format(n, c) for n in [sign, *corridor] for c in ("go east", "go west")
+    ]
 
 
 def test_think_action_notes():

@@ -4,6 +4,8 @@ the action replies."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from reference_credit import batch_reference_advantages
@@ -21,11 +23,9 @@ COMPACTION = [
 ]
 
 
-def one_iteration(tmp_path, overrides):
+def one_iteration(tmp_path, overrides, env="rooms"):
     """One iteration's result and the batch the update was given."""
-    trainer = Trainer(
-        load_config(env="rooms", overrides=[*ROOMS, *overrides, f"train.output_dir={tmp_path}"])
-    )
+    trainer = Trainer(load_config(env=env, overrides=[*ROOMS, *overrides, f"train.output_dir={tmp_path}"]))
     updated = []
     update = trainer.updater.update
     trainer.updater.update = lambda batch, *args: updated.append(batch) or update(batch, *args)
@@ -68,8 +68,6 @@ def test_masking_summaries_without_compaction_is_one_line():
         ValueError, match="compact_every is an option of memory='compaction', not of memory='notes'"
     ):
         load_config(env="rooms", overrides=["env.memory=notes", "env.compact_every=2"])
-    with pytest.raises(ValueError, match="notes needs free replies .* the notes would always be empty"):
-        load_config(env="rooms", overrides=["env.memory=notes", "generation.constrained=true"])
 
 
 def test_notes_train_in_the_action_replies(tmp_path):
@@ -79,3 +77,24 @@ def test_notes_train_in_the_action_replies(tmp_path):
     assert not batch.summary_turn.any() and len(trained) == len(batch)
     assert "memory/summary_turns_per_episode" not in result.metrics
     assert batch.fingerprints.shape[1] == 3 and (batch.fingerprints[:, 2] == 0).all()
+
+
+def test_constrained_notes_keep_a_shown_fact_and_a_command(tmp_path):
+    """Under constrained decoding a notes reply is chosen whole: a note the env offered, then a
+    command; so a tiny model's notes are never empty and its commands always admissible."""
+    constrained = [
+        "env.kwargs={}",
+        "env.memory=notes",
+        "env.max_steps=3",
+        "generation.max_new_tokens=64",
+        "train.iterations=1",
+    ]
+    result, trained, trainer = one_iteration(tmp_path, constrained, env="HGPO-Corridor-v0")
+    batch = result.batch
+    assert not batch.invalid.any() and len(trained) == len(batch)
+    decode = trainer.generator.encoder.decode
+    for response in batch.response_ids:
+        reply = decode(response)
+        assert re.fullmatch(
+            r"<notes>[^<]+</notes> (take|drop) (red|blue) key|<notes>[^<]+</notes> go (east|west)", reply
+        )

@@ -21,6 +21,7 @@ from test_train_loss import step_batch
 
 import hgpo_env
 from hgpo_env.envs.webshop import SEARCH_PLACEHOLDER
+from hgpo_env.memory import action_reply
 from hgpo_train.config import EnvConfig, GenerationConfig, ModelConfig, TinyModelConfig
 from hgpo_train.constrained import (
     CHOICES_KEY,
@@ -32,6 +33,7 @@ from hgpo_train.constrained import (
     choice_args,
     choices_regex,
     classify_slot_tokens,
+    reply_choices,
     slot_vocabulary,
     split_slot,
 )
@@ -66,19 +68,17 @@ def tiny(tmp_path_factory):
 
 
 def _prompts(response_format: str, n: int, steps: int = 3):
-    """Prompts and admissible lists from states along random episodes."""
+    """Prompts and their replies (each admissible command in ``response_format``) from states along
+    random episodes."""
     env = gym.make("HGPO-Rooms-v0", response_format=response_format, max_steps=50, **ROOMS)
     rng = np.random.default_rng(0)
     prompts, admissible = [], []
     for seed in range(n):
         prompt, info = env.reset(seed=seed)
         for _ in range(seed % steps):
-            command = str(rng.choice(info["admissible_actions"]))
-            prompt, _, _, _, info = env.step(
-                command if response_format == "plain" else f"<action>{command}</action>"
-            )
+            prompt, _, _, _, info = env.step(str(rng.choice(reply_choices(info, response_format))))
         prompts.append(prompt)
-        admissible.append(info["admissible_actions"])
+        admissible.append(reply_choices(info, response_format))
     return prompts, admissible
 
 
@@ -180,9 +180,10 @@ def test_constrained_decoding_always_yields_admissible_actions(tiny, response_fo
         model, tokenizer, GenerationConfig(max_new_tokens=64, batch_size=5), response_format
     )
     for temperature in (3.0, 0.0):  # near-uniform sampling, and greedy
-        for generation, commands in zip(generator.generate(prompts, admissible, temperature), admissible):
-            parsed = hgpo_env.parse_response(generation.text, response_format)
-            assert parsed.action in commands
+        for generation, replies in zip(generator.generate(prompts, admissible, temperature), admissible):
+            assert generation.text in replies
+            commands = [hgpo_env.parse_response(reply, response_format).action for reply in replies]
+            assert hgpo_env.parse_response(generation.text, response_format).action in commands
             assert generation.response_ids[-1] == generator.encoder.end_id
             assert generation.choices is not None
             allowed_tokens(generation.choices, generation.response_ids, generator.encoder.end_id)
@@ -209,7 +210,7 @@ def test_rollout_records_one_row_per_step_with_the_prompts_fingerprints(tiny):
     pool = make_pool(env, 2, 3, seed=0)
     try:
         torch.manual_seed(0)
-        batch = collect_rollouts(pool, generator, seeds=[11, 12], constrained=True)
+        batch = collect_rollouts(pool, generator, seeds=[11, 12], constrained=True, response_format="plain")
     finally:
         pool.close()
     assert len(batch.episodes) == 6 and len(batch) == batch.episodes.length.sum()
@@ -302,19 +303,19 @@ def test_constrained_search_writes_a_query_that_webshop_accepts(
         _closing_biased(model, slot_vocabulary(tokenizer).closing), tokenizer, config, response_format
     )
     end_id = generator.encoder.end_id
-    admissible = [WEBSHOP_SEARCH_PAGE[i % 2] for i in range(16)]
+    admissible = [[action_reply(c, response_format) for c in WEBSHOP_SEARCH_PAGE[i % 2]] for i in range(16)]
     sampled = _recorded_sampler_masks(monkeypatch)
     torch.manual_seed(0)
     generations = generator.generate([prompt] * 16, admissible)  # one prompt: rows keep their order
     searches = []
-    for generation, commands in zip(generations, admissible):
+    for generation, page in zip(generations, WEBSHOP_SEARCH_PAGE * 8):
         assert isinstance(generation.choices[0], SlotChoice)
         if generation.response_ids[-1] != end_id:  # cut at the length cap, which the env rejects
             assert len(generation.response_ids) == config.max_new_tokens
             continue
         query = _search_query(generation.text, response_format)
         if query is None:
-            assert hgpo_env.parse_response(generation.text, response_format).action in commands
+            assert hgpo_env.parse_response(generation.text, response_format).action in page
         else:
             searches.append((generation.text, query))
     assert len(searches) >= 8  # most close their query well before the cap
@@ -528,7 +529,7 @@ def test_every_vllm_generation_starts_alike(tiny):
     config = GenerationConfig(max_new_tokens=16, top_p=0.9)
     prompts, admissible = _prompts("plain", 2)
     first, second = vllm_requests(encoder, config, prompts, admissible, None)
-    assert second.commands == admissible[1] and second.prompt_ids == encoder.prompt_ids(prompts[1])
+    assert second.replies == admissible[1] and second.prompt_ids == encoder.prompt_ids(prompts[1])
     assert first.prompt_ids == encoder.prompt_ids(prompts[0])
     assert (
         first.sampling["stop_token_ids"]
@@ -540,8 +541,8 @@ def test_every_vllm_generation_starts_alike(tiny):
         0.9,
         16,
     )
-    assert first.commands == admissible[0] and "extra_args" in first.sampling  # the commands' trie
+    assert first.replies == admissible[0] and "extra_args" in first.sampling  # the commands' trie
     fitted = vllm_requests(encoder, config, prompts[:1], None, 0.5, max_len=len(first.prompt_ids) + 3)[0]
-    assert (fitted.sampling["max_tokens"], fitted.sampling["temperature"], fitted.commands) == (3, 0.5, None)
+    assert (fitted.sampling["max_tokens"], fitted.sampling["temperature"], fitted.replies) == (3, 0.5, None)
     with pytest.raises(PromptTooLongError, match="openrlhf.max_len"):
         vllm_requests(encoder, config, prompts[:1], None, None, max_len=len(first.prompt_ids))

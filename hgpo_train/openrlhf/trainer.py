@@ -275,6 +275,7 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
                 seeds=seeds,
                 task_ids=task_ids,
                 constrained=self.config.generation.constrained,
+                response_format=self.config.env.response_format,
                 agent_loop=self.config.generation.agent_loop,
                 max_batch=self.config.generation.batch_size,
                 on_turn=on_turn,
