@@ -22,8 +22,12 @@ INVALID = "fly away"
 
 
 def scripted_reply(session: str, prompt: str) -> str:
-    """The reply to ``prompt`` in rollout ``session``: an action in our envs' response format."""
+    """The reply to ``prompt`` in rollout ``session``: an action in our envs' response format, or
+    where a compaction asks for a summary, one observation of the steps leaving."""
     rng = random.Random(f"{session}\n{prompt}")
+    if "<summary> </summary>" in prompt:
+        leaving = re.findall(r"^\[Step \d+\] Observation: (.+)$", prompt, re.MULTILINE)
+        return f"<think>scripted</think>\n<summary>{rng.choice(leaving)}</summary>"
     actions = re.findall(r"^- (.+)$", prompt, re.MULTILINE)
     action = INVALID if not actions or rng.random() < 0.2 else rng.choice(actions)
     return f"<think>scripted</think>\n<action>{action}</action>"

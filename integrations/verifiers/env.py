@@ -27,10 +27,12 @@ try:
 except ImportError as error:
     raise missing_framework("verifiers", error) from error
 
-TURN_FIELDS = ("fingerprints", "action_key", "next_state", "reward", "invalid")
+TURN_FIELDS = ("fingerprints", "action_key", "next_state", "reward", "invalid", "turn")
 """What ``trace.info["hgpo"]["turns"][t]`` holds for assistant turn t: the K+1 fingerprints of the
-prompt it answered, the key of the command the env received, level 0 of the next prompt's
-fingerprints, the env reward of the step and whether the reply held no admissible command."""
+prompt it answered, the key of the command the env received (a summary turn's: its summary's),
+level 0 of the next prompt's fingerprints, the env reward of the step, whether the reply held no
+admissible command (or no summary), and what the prompt asked for (``"action"``, or
+``"summary"`` under ``memory="compaction"``)."""
 
 
 class HGPOTasksetConfig(vf.TasksetConfig):
@@ -92,11 +94,11 @@ class HGPOEnv(vf.Env[HGPOEnvConfig]):
             async with agents.agent.interaction(task) as interaction:
                 segment = await interaction.turn()
                 while not segment.terminated:
-                    shown = info["fingerprints"]
+                    asked = info
                     prompt, reward, terminated, truncated, info = await asyncio.to_thread(
                         env.step, segment.last_reply
                     )
-                    turns.append(_turn(shown, float(reward), info))
+                    turns.append(_turn(asked, float(reward), info))
                     if terminated or truncated:
                         break
                     segment = await interaction.turn(prompt)
@@ -105,14 +107,16 @@ class HGPOEnv(vf.Env[HGPOEnvConfig]):
             await asyncio.to_thread(env.close)
 
 
-def _turn(shown: Any, reward: float, info: Mapping[str, Any]) -> dict[str, Any]:
-    """One assistant turn's entry of ``trace.info["hgpo"]["turns"]`` (:data:`TURN_FIELDS`)."""
+def _turn(asked: Mapping[str, Any], reward: float, info: Mapping[str, Any]) -> dict[str, Any]:
+    """One assistant turn's entry of ``trace.info["hgpo"]["turns"]`` (:data:`TURN_FIELDS`):
+    ``asked`` is the info of the prompt it answered, ``info`` the step's."""
     return {
-        "fingerprints": [int(key) for key in shown],
+        "fingerprints": [int(key) for key in asked["fingerprints"]],
         "action_key": int(info["action_key"]),
         "next_state": int(info["fingerprints"][0]),
         "reward": reward,
         "invalid": not info["action_valid"],
+        "turn": asked["turn"],
     }
 
 

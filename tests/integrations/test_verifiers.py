@@ -26,6 +26,7 @@ from integrations.verifiers import (
     assign_step_credit,
     trace_steps,
 )
+from integrations.verifiers.env import TURN_FIELDS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scripted_model import scripted_model
@@ -60,15 +61,16 @@ def group() -> list[vf.Trace]:
     return play_group(ENV_KWARGS, ROLLOUTS)
 
 
-def replay(trace: vf.Trace) -> dict:
+def replay(trace: vf.Trace, env_kwargs: dict = ENV_KWARGS) -> dict:
     """The trace's replies played on the env directly: its prompts, keys and reward."""
-    env = gym.make(ENV_ID, **ENV_KWARGS)
+    env = gym.make(ENV_ID, **env_kwargs)
     prompt, info = env.reset(seed=trace.task.data.info["seed"])
-    played = {name: [] for name in ("fingerprints", "action_key", "next_state", "reward", "invalid")}
+    played = {name: [] for name in TURN_FIELDS}
     played["prompts"] = [prompt]
     played["task_key"] = info["task_key"]
     for message in trace.assistant_messages:
         played["fingerprints"].append(list(info["fingerprints"]))
+        played["turn"].append(info["turn"])
         prompt, reward, terminated, truncated, info = env.step(message.content)
         played["prompts"].append(prompt)
         played["action_key"].append(info["action_key"])
@@ -83,20 +85,43 @@ def replay(trace: vf.Trace) -> dict:
 
 
 def test_a_played_task_matches_playing_the_env_directly(group):
+    assert_played_as_the_env_plays(group, ENV_KWARGS)
+
+
+def assert_played_as_the_env_plays(group: list[vf.Trace], env_kwargs: dict) -> None:
     assert len({trace.task.key for trace in group}) == 1
     replies = {tuple(m.content for m in trace.assistant_messages) for trace in group}
     assert len(replies) > 1, "the rollouts of the group should differ"
     for trace in group:
-        played = replay(trace)
+        played = replay(trace, env_kwargs)
         shown = [node.message.content for node in trace.nodes if node.message.role == "user"]
-        assert shown == played["prompts"]  # the K-step memory's prompts, turn by turn
+        assert shown == played["prompts"]  # the memory's prompts, turn by turn
         assert trace.task.key == str(played["task_key"])
         turns = trace.info["hgpo"]["turns"]
-        for name in ("fingerprints", "action_key", "next_state", "reward", "invalid"):
+        for name in TURN_FIELDS:
             assert [turn[name] for turn in turns] == played[name], name
         assert trace.rewards["env_reward"].score == sum(played["reward"])
         assert trace.info["hgpo"]["won"] == played["won"]
         assert trace.metrics["invalid_steps"] == sum(t["invalid"] for t in turns)
+
+
+def test_a_compaction_plays_its_summary_turns_through_verifiers():
+    """memory= reaches the env like any gymnasium.make argument: each summary turn is an assistant
+    turn of the trace, its prompt the request, its keys and reward 0 the env's own."""
+    compaction = {
+        **ENV_KWARGS,
+        "memory": "compaction",
+        "compact_every": 2,
+        "history_length": 1,
+        "max_steps": 5,
+    }
+    group = play_group(compaction, ROLLOUTS)
+    assert_played_as_the_env_plays(group, compaction)
+    turns = [turn for trace in group for turn in trace.info["hgpo"]["turns"]]
+    summaries = [turn for turn in turns if turn["turn"] == "summary"]
+    assert summaries and all(turn["reward"] == 0.0 and not turn["invalid"] for turn in summaries)
+    credit = assign_step_credit(group, AdvantageConfig(estimator="hgpo", gamma=0.95))
+    assert len(credit.advantages) == len(turns)
 
 
 def test_step_credit_lands_on_each_turns_tokens(group):
