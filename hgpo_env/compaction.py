@@ -74,6 +74,8 @@ class CompactionMemory(KStepMemory):
     triggers, either or both.
     """
 
+    measured_against_window = True
+
     def __init__(
         self,
         env: gym.Env[str, str],
@@ -182,6 +184,7 @@ class CompactionMemory(KStepMemory):
         body = "\n".join([*self._summary_lines(), *(self.template.past_step(p) for p in self._leaving)])
         facts = shown_facts(self._summary, self._leaving)
         levels = (self.fingerprinter.text("summary-request", body),) + (MISSING,) * self.history_length
+        info = {name: value for name, value in info.items() if name != "window_prompt"}
         return {
             **info,
             "turn": SUMMARY_TURN,

@@ -169,6 +169,10 @@ class KStepMemory(gym.Wrapper[str, str, str, str]):
     are 0. The budget counts the prompt text only: leave room for the chat template.
     """
 
+    measured_against_window = False
+    """Whether each action prompt's info carries the window's prompt (``window_prompt``): the
+    memory kinds other than the window, whose saving it measures."""
+
     def __init__(
         self,
         env: gym.Env[str, str],
@@ -200,6 +204,8 @@ class KStepMemory(gym.Wrapper[str, str, str, str]):
             )
         self.history_length = history_length
         self.template = template
+        self.window_template = template
+        """How ``memory="window"`` would lay out this env's prompts (:meth:`window_prompt`)."""
         self.response_format = response_format
         self.tokenizer = tokenizer
         self.max_prompt_tokens = max_prompt_tokens
@@ -259,7 +265,18 @@ class KStepMemory(gym.Wrapper[str, str, str, str]):
         prompt, info["fingerprints"], info["history_used"] = self._context(obs, info)
         info["fingerprint_mode"] = self.fingerprinter.mode
         info["turn"] = ACTION_TURN
+        if self.measured_against_window:
+            info["window_prompt"] = self.window_prompt(obs, info)
         return prompt
+
+    def window_prompt(self, obs: str, info: dict[str, Any]) -> str:
+        """The prompt ``memory="window"`` would show for ``obs`` now, the last K steps: what the
+        other kinds' prompts save against (``info["window_prompt"]`` under them)."""
+        shown = list(self._shown_history)
+        shown = shown[len(shown) - self.history_length :] if self.history_length else []
+        return self.window_template.layout(
+            info["task"], self._steps_taken, shown, obs, info["admissible_actions"]
+        )
 
     def _context(self, obs: str, info: dict[str, Any]) -> tuple[str, tuple[int, ...], int]:
         """The prompt for ``obs``, its keys and how many past steps it shows: the window, shrunk

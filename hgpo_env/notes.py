@@ -24,6 +24,7 @@ from hgpo_env.info import env_attribute
 from hgpo_env.memory import (
     ANSWER_FORMATS,
     DEFAULT_HISTORY_LENGTH,
+    FREE_FORM_ANSWER_FORMATS,
     KStepMemory,
     PromptTemplate,
     action_reply,
@@ -51,6 +52,8 @@ def notes_answer_format(response_format: str, tag: str, free_form: bool = False)
 class NotesMemory(KStepMemory):
     """Memory of notes the agent rewrites each turn (module doc); ``notes_tag`` names the tag,
     which the template's answer format must ask for."""
+
+    measured_against_window = True
 
     def __init__(
         self,
@@ -91,6 +94,12 @@ class NotesMemory(KStepMemory):
         )
         self.notes_tag = notes_tag
         self._notes = ""
+        free_form = bool(env_attribute(env, "free_form", False))
+        window_answers = (FREE_FORM_ANSWER_FORMATS if free_form else ANSWER_FORMATS).get(response_format)
+        if window_answers is not None:
+            self.window_template = PromptTemplate(
+                self.template.intro, window_answers, self.template.list_actions
+            )
 
     @property
     def notes(self) -> str:

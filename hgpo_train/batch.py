@@ -106,6 +106,9 @@ class StepBatch:
     """float32 per row, one per response token: its log-prob under the weights that sampled it
     (NaN where the sampler gave none), for ``update.off_policy_correction``; None: not recorded."""
     old_logprobs: list[np.ndarray] | None = None
+    window_prompts: list[str | None] | None = None
+    """Per row, the prompt a window of K would have shown instead (action turns under
+    ``env.memory: compaction`` or ``notes``), for the tokens the memory saves; None: none given."""
     extras: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -224,5 +227,8 @@ class StepBatch:
             if self.behaviour_logprobs is not None
             else None,
             old_logprobs=[self.old_logprobs[r] for r in pick] if self.old_logprobs is not None else None,
+            window_prompts=[self.window_prompts[r] for r in pick]
+            if self.window_prompts is not None
+            else None,
             extras=self.extras,
         )

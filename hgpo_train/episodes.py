@@ -77,6 +77,9 @@ class EpisodeStep(Generic[R]):
     again where the env failed); None where the env reports none (:mod:`hgpo_env.milestones`)."""
     summary_turn: bool = False
     """The prompt asked for a summary, not a command (``memory="compaction"``'s summary turn)."""
+    window_prompt: str | None = None
+    """The prompt a window of K would have shown instead (``info["window_prompt"]``: action turns
+    under the memory kinds other than the window), None where the env gives none."""
 
 
 @dataclass
@@ -136,6 +139,7 @@ class EpisodeRecorder(Generic[R]):
                 int(result.info.get("action_key", 0)),
                 Progress.of(info, result.info),
                 info.get("turn") == SUMMARY_TURN,
+                info.get("window_prompt"),
             )
         )
         self.prompts[i], self.infos[i] = result.obs, result.info

@@ -124,11 +124,14 @@ RESULTS = "evals"
 
 def results_json(config: Config, result: EvalResult, checkpoint: str) -> dict[str, Any]:
     """What a results file holds: the result, the run (method, its settings, training seed) and
-    the provenance. The settings are K (what the prompt shows), the estimator's and how the
-    rollouts were trained on (their staleness bound, the off-policy correction): runs of one
-    method that differ in them are different rows of :mod:`hgpo_train.compare`'s table."""
+    the provenance. The settings are what the prompt shows (K, the memory kind), the estimator's
+    and how the rollouts were trained on (their staleness bound, the off-policy correction,
+    whether summary turns were): runs of one method that differ in them are different rows of
+    :mod:`hgpo_train.compare`'s table."""
     settings = {
         "history_length": config.env.history_length,
+        "memory": config.env.memory,
+        "train_summaries": config.update.train_summaries,
         **flatten_dotted(asdict(config.advantage)),
         "async_staleness": config.train.async_staleness,
         "off_policy_correction": config.update.off_policy_correction,

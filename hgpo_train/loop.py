@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -69,11 +69,13 @@ def iteration_metrics(
     credit: StepCredit,
     config: AdvantageConfig,
     advantage_s: float,
+    encode_prompt: Callable[[str], Sequence[int]],
 ) -> dict[str, float]:
     """What every iteration logs on both backends, under the same names: the rollout's figures,
-    the credit's, how stale its samples are, and the rollout's times and throughput. Each backend
-    adds its update's. The rollout's seconds are its own (``batch.extras["timing"]``), also when
-    it ran while the trainer updated."""
+    the credit's, how stale its samples are, the prompt tokens its memory saved
+    (``encode_prompt``: the policy's prompt encoding), and the rollout's times and throughput.
+    Each backend adds its update's. The rollout's seconds are its own
+    (``batch.extras["timing"]``), also when it ran while the trainer updated."""
     timing = batch.extras["timing"]
     rollout_s = timing["rollout_s"]
     tokens = int(batch.prompt_lengths.sum() + batch.response_lengths.sum())
@@ -81,12 +83,29 @@ def iteration_metrics(
         **batch.metrics(),
         **credit_metrics(batch, credit, config),
         **staleness_metrics(iteration, batch),
+        **memory_savings(batch, encode_prompt),
         "time/rollout_s": rollout_s,
         "time/env_s": timing["env_s"],
         "time/generate_s": timing["generate_s"],
         "time/advantage_s": advantage_s,
         "throughput/steps_per_s": len(batch) / max(rollout_s, 1e-9),
         "throughput/tokens_per_s": tokens / max(rollout_s, 1e-9),
+    }
+
+
+def memory_savings(batch: StepBatch, encode_prompt: Callable[[str], Sequence[int]]) -> dict[str, float]:
+    """The prompt tokens a memory kind saved per action turn against the window of K, mean and
+    share of the window's prompt; none where the env gave no window prompts (the window itself)."""
+    if batch.window_prompts is None:
+        return {}
+    rows = [r for r, window in enumerate(batch.window_prompts) if window is not None]
+    if not rows:
+        return {}
+    window = np.array([len(encode_prompt(batch.window_prompts[r])) for r in rows], dtype=np.float64)
+    saved = window - batch.prompt_lengths[rows]
+    return {
+        "memory/prompt_tokens_saved": float(saved.mean()),
+        "memory/prompt_tokens_saved_share": float(saved.sum() / window.sum()),
     }
 
 

@@ -328,6 +328,7 @@ def collect_with_retries(
 def _to_batch(episodes: list[Episode[Generation]]) -> StepBatch:
     columns = step_columns(episodes)
     generations = [s.response for e in episodes for s in e.steps]
+    windows = [s.window_prompt for e in episodes for s in e.steps]
     summary = Episodes(
         group_id=np.array([e.group for e in episodes], dtype=np.int64),
         traj_id=np.array([e.member for e in episodes], dtype=np.int64),
@@ -350,4 +351,5 @@ def _to_batch(episodes: list[Episode[Generation]]) -> StepBatch:
         behaviour_logprobs=[np.asarray(g.logprobs, dtype=np.float32) for g in generations]
         if generations and all(g.logprobs is not None for g in generations)
         else None,
+        window_prompts=windows if any(w is not None for w in windows) else None,
     )

@@ -197,7 +197,14 @@ class Trainer:
         sync_s = time.perf_counter() - start
 
         metrics = {
-            **iteration_metrics(iteration, batch, credit, self.config.advantage, advantage_s),
+            **iteration_metrics(
+                iteration,
+                batch,
+                credit,
+                self.config.advantage,
+                advantage_s,
+                self.generator.encoder.prompt_ids,
+            ),
             **update_metrics,
             "time/rollout_wait_s": wait_s,
             "time/update_s": update_s,

@@ -301,6 +301,38 @@ def test_notes_prompts_offer_each_note_to_keep_with_each_command(response_format
     ]
 
 
+@pytest.mark.parametrize(("kind", "options"), [("notes", {}), ("compaction", {"compact_every": 2})])
+@pytest.mark.parametrize("k", [1, 2])
+def test_action_prompts_carry_the_prompt_the_window_would_show(kind, options, k):
+    """``info["window_prompt"]`` is what memory="window" shows after the same commands (the
+    trainer's prompt tokens saved); a summary turn has none."""
+    env = gym.make("HGPO-Rooms-v0", memory=kind, response_format="plain", history_length=k, **options)
+    window = gym.make("HGPO-Rooms-v0", response_format="plain", history_length=k)
+    _, info = env.reset(options=TASK)
+    shown, _ = window.reset(options=TASK)
+    assert info["window_prompt"] == shown
+    turns = set()
+    for _ in range(10):
+        turns.add(info["turn"])
+        if info["turn"] == "summary":
+            _, _, terminated, truncated, info = env.step(info["admissible_replies"][0])
+            assert info["window_prompt"] == shown  # the same observation, shown after the summary
+            continue
+        command = env.unwrapped.expert_action()
+        _, _, terminated, truncated, info = env.step(
+            f"<notes>x</notes> {command}" if kind == "notes" else command
+        )
+        shown, *_ = window.step(command)
+        if terminated or truncated:
+            break
+        if info["turn"] == "summary":
+            assert "window_prompt" not in info
+        else:
+            assert info["window_prompt"] == shown
+    assert turns == ({"action", "summary"} if kind == "compaction" else {"action"})
+    assert "window_prompt" not in window.reset(options=TASK)[1]
+
+
 def test_think_action_notes():
     env = gym.make("HGPO-Rooms-v0", memory="notes", notes_tag="memo")
     prompt, _ = env.reset(options=TASK)

@@ -47,6 +47,7 @@ def test_summary_turns_are_credited_and_trained_rows(tmp_path):
     np.testing.assert_allclose(result.advantages, expected, rtol=0, atol=1e-9)
     assert metrics["memory/summary_turns_per_episode"] == summaries.sum() / len(batch.episodes)
     assert metrics["memory/summary_tokens"] == batch.response_lengths[summaries].mean()
+    assert_savings_against_the_window(result, trainer)
     # a summary row's level 0 is its request, shared by no action row
     assert not set(batch.fingerprints[summaries, 0]) & set(batch.fingerprints[~summaries, 0])
 
@@ -91,6 +92,7 @@ def test_constrained_notes_keep_a_shown_fact_and_a_command(tmp_path):
     ]
     result, trained, trainer = one_iteration(tmp_path, constrained, env="HGPO-Corridor-v0")
     batch = result.batch
+    assert result.metrics["memory/prompt_tokens_saved"] > 0  # notes instead of K = 2 steps
     assert not batch.invalid.any() and len(trained) == len(batch)
     decode = trainer.generator.encoder.decode
     for response in batch.response_ids:
@@ -98,3 +100,17 @@ def test_constrained_notes_keep_a_shown_fact_and_a_command(tmp_path):
         assert re.fullmatch(
             r"<notes>[^<]+</notes> (take|drop) (red|blue) key|<notes>[^<]+</notes> go (east|west)", reply
         )
+
+
+def assert_savings_against_the_window(result, trainer) -> None:
+    """memory/prompt_tokens_saved: per action turn, the window's prompt (the env's
+    ``window_prompt``, tests/test_memory_kinds.py) encoded as the policy's, less the prompt shown."""
+    batch = result.batch
+    saved = []
+    for row, window in enumerate(batch.window_prompts):
+        assert (window is None) == batch.summary_turn[row]
+        if window is not None:
+            saved.append(len(trainer.generator.encoder.prompt_ids(window)) - len(batch.prompt_ids[row]))
+    assert result.metrics["memory/prompt_tokens_saved"] == pytest.approx(np.mean(saved))
+    # compaction shows up to K + compact_every - 1 steps and the summary: more than the window
+    assert np.mean(saved) < 0

@@ -344,7 +344,14 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         self.policy_version = iteration + 1  # train_step updates the policy, then broadcasts it
         status, _ = self.train_step(samples, iteration)
         return {
-            **iteration_metrics(iteration, batch, credit, self.config.advantage, advantage_s),
+            **iteration_metrics(
+                iteration,
+                batch,
+                credit,
+                self.config.advantage,
+                advantage_s,
+                self.generator.encoder.prompt_ids,
+            ),
             **status_metrics(status),
             **gap,
             "rollout/padding_samples": float(layout.padding.sum()),
