@@ -196,15 +196,9 @@ class Trainer:
         self.weights.replace(lambda: self.generator.sync_weights(self.model), iteration + 1)
         sync_s = time.perf_counter() - start
 
+        encode = self.generator.encoder.prompt_ids
         metrics = {
-            **iteration_metrics(
-                iteration,
-                batch,
-                credit,
-                self.config.advantage,
-                advantage_s,
-                self.generator.encoder.prompt_ids,
-            ),
+            **iteration_metrics(iteration, batch, credit, self.config.advantage, advantage_s, encode),
             **update_metrics,
             "time/rollout_wait_s": wait_s,
             "time/update_s": update_s,

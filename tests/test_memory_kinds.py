@@ -437,6 +437,23 @@ def test_the_corridor_shows_its_fact_once_and_punishes_the_wrong_key():
         assert terminated and not info["won"] and "alarm" in info["state_text"]
 
 
+@pytest.mark.parametrize("task_id", [0, 1])
+def test_with_keys_in_hand_the_vault_is_the_only_choice(task_id):
+    """Both keys held from the start: the hall offers only the way east, and at the vault either
+    key may be used, the sign's winning; so no policy that forgets the sign beats one half."""
+    env = gym.make("HGPO-Corridor-v0", response_format="plain", length=2, keys_in_hand=True)
+    right, wrong = ("red", "blue") if task_id == 0 else ("blue", "red")
+    for key, wins in ((right, True), (wrong, False)):
+        prompt, info = env.reset(options={"task_id": task_id})
+        assert info["admissible_actions"] == ["go east"] and "You see: nothing to take" in prompt
+        for _ in range(3):
+            *_, info = env.step("go east")
+        assert info["admissible_actions"] == ["use red key", "use blue key", "go west"]
+        assert "key" not in info["state_text"]  # nothing at the vault says which key is right
+        _, reward, terminated, _, info = env.step(f"use {key} key")
+        assert terminated and info["won"] == wins and reward == (10.0 if wins else 0.0)
+
+
 def test_the_audit_finds_the_window_forgetting_and_faithful_memories_sound():
     """At K = 2 the window's keys at the vault alias (which key was taken is out of the window);
     notes and a compaction whose summary keeps the facts shown tell the histories apart."""

@@ -9,6 +9,11 @@ and which one the agent took) is shown in the hall, ``length`` + 1 steps before 
 ``length`` >= 2K a window of K steps no longer shows it there, while a summary or notes that
 state it do. The agent's choice of key makes rollouts of one task differ in what they must
 remember, so ``python -m hgpo_env audit`` finds the window's keys aliasing at the vault.
+
+With ``keys_in_hand`` the agent holds both keys from the start and the hall offers only the way
+east: the vault's choice is then the episode's only one, and only the sign's fact makes it. A
+policy that forgets the sign then wins half the time at best, whatever it does; without
+``keys_in_hand``, "take the red key, use the red key" wins the same half with no memory at all.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ class CorridorEnv(TextEnv):
         length: int = 4,
         max_steps: int = 20,
         success_reward: float = 10.0,
+        keys_in_hand: bool = False,
         render_mode: str | None = None,
         protocol: str = "strict",
     ) -> None:
@@ -44,8 +50,9 @@ class CorridorEnv(TextEnv):
         if length < 1:
             raise ValueError(f"length must be at least 1, got {length}")
         self.length = length
+        self.keys_in_hand = keys_in_hand
         self.position = HALL
-        self.carried: str | None = None
+        self.carried: tuple[str, ...] = ()
         self.right_key = KEYS[0]
         self.opened = False
 
@@ -55,7 +62,8 @@ class CorridorEnv(TextEnv):
 
     def _start_task(self, task_id: int) -> str:
         self.right_key = KEYS[task_id]
-        self.position, self.carried, self.opened = HALL, None, False
+        self.position, self.opened = HALL, False
+        self.carried = KEYS if self.keys_in_hand else ()
         return self._describe()
 
     @property
@@ -71,7 +79,8 @@ class CorridorEnv(TextEnv):
         return self.opened or self.position == LOST
 
     def task_identity(self) -> str:
-        return f"corridor of {self.length}, vault opened by the {self.right_key} key"
+        held = ", both keys in hand" if self.keys_in_hand else ""
+        return f"corridor of {self.length}{held}, vault opened by the {self.right_key} key"
 
     @property
     def _vault(self) -> int:
@@ -79,10 +88,10 @@ class CorridorEnv(TextEnv):
 
     def _describe(self) -> str:
         if self.position == HALL:
-            keys = [key for key in KEYS if key != self.carried]
+            keys = [f"{key} key" for key in KEYS if key not in self.carried]
             return (
                 f"You are in the hall. A sign on the wall reads: the vault opens with the {self.right_key} "
-                f"key. You see: {', '.join(f'{key} key' for key in keys)}. Exits: east."
+                f"key. You see: {', '.join(keys) or 'nothing to take'}. Exits: east."
             )
         if self.position == self._vault:
             return "You are at the vault door. Exits: west."
@@ -91,9 +100,11 @@ class CorridorEnv(TextEnv):
     @property
     def admissible_actions(self) -> list[str]:
         if self.position == HALL:
-            if self.carried is None:
+            if self.keys_in_hand:
+                return ["go east"]
+            if not self.carried:
                 return [f"take {key} key" for key in KEYS] + ["go east"]
-            return [f"drop {self.carried} key", "go east"]
+            return [f"drop {key} key" for key in self.carried] + ["go east"]
         if self.position == self._vault:
             return [f"use {key} key" for key in KEYS] + ["go west"]
         return ["go east", "go west"]
@@ -105,12 +116,12 @@ class CorridorEnv(TextEnv):
             return f"You walk {argument}. {self._describe()}"
         key = argument.removesuffix(" key")
         if verb == "take":
-            self.carried = key
+            self.carried = (key,)
             return f"You take the {key} key. {self._describe()}"
         if verb == "drop":
-            self.carried = None
+            self.carried = ()
             return f"You drop the {key} key. {self._describe()}"
-        if key == self.carried == self.right_key:  # use
+        if key in self.carried and key == self.right_key:  # use
             self.opened = True
             return "The key turns and the vault door opens."
         self.position = LOST
@@ -118,8 +129,8 @@ class CorridorEnv(TextEnv):
 
     def expert_action(self) -> str:
         """Take the key the sign names, walk to the vault and use it."""
-        if self.position == HALL and self.carried != self.right_key:
-            return f"take {self.right_key} key" if self.carried is None else f"drop {self.carried} key"
+        if self.position == HALL and self.right_key not in self.carried:
+            return f"take {self.right_key} key" if not self.carried else f"drop {self.carried[0]} key"
         if self.position == self._vault:
             return f"use {self.right_key} key"
         return "go east"

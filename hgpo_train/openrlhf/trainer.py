@@ -343,15 +343,9 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         print(f"iteration {iteration + 1}: update on {len(trained)} steps", file=sys.stderr, flush=True)
         self.policy_version = iteration + 1  # train_step updates the policy, then broadcasts it
         status, _ = self.train_step(samples, iteration)
+        encode = self.generator.encoder.prompt_ids
         return {
-            **iteration_metrics(
-                iteration,
-                batch,
-                credit,
-                self.config.advantage,
-                advantage_s,
-                self.generator.encoder.prompt_ids,
-            ),
+            **iteration_metrics(iteration, batch, credit, self.config.advantage, advantage_s, encode),
             **status_metrics(status),
             **gap,
             "rollout/padding_samples": float(layout.padding.sum()),
