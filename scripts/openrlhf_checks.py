@@ -103,6 +103,7 @@ def verifying_trainer(skip_sync_at: int | None = None) -> Any:
                     "group_id": batch.group_id.tolist(),
                     "step": batch.step.tolist(),
                     "invalid": batch.invalid.tolist(),
+                    "summary_turn": batch.summary_turn.tolist() if batch.summary_turn is not None else None,
                     "fingerprints": [[str(int(x)) for x in row] for row in batch.fingerprints],
                 },
             }

@@ -2,9 +2,9 @@
 DeepSpeed ZeRO-2 policy and reference actors, Ray env actors and the weight sync over gloo.
 
 One verifying run (``scripts/openrlhf_checks.py``, the controller the GPU check uses) plays Rooms
-once and trains five updates on that batch with fixed +/-1 advantages; the sync after update 3
-is skipped on purpose, so the engine-policy gap the run logs before update 4 is the negative
-control.
+once, under ``memory: compaction`` (so the batch holds summary turns), and trains five updates on
+that batch with fixed +/-1 advantages; the sync after update 3 is skipped on purpose, so the
+engine-policy gap the run logs before update 4 is the negative control.
 Only OpenRLHF's CUDA assumptions are replaced (``hgpo_train.openrlhf.cpu``); nothing is stubbed.
 """
 
@@ -54,6 +54,8 @@ def run(warm_model: str, ray_tmp: str, tmp_path_factory: pytest.TempPathFactory)
             "update.lr=1e-3",
             "logging.tensorboard=false",
             "generation.constrained=false",  # the warm model's free responses: valid and invalid steps
+            "env.memory=compaction",  # episodes of 4 steps or more hold a summary turn
+            "env.compact_every=2",
         ],
     )
     try:
@@ -88,6 +90,9 @@ def test_one_sample_per_step_with_the_shared_advantages(run: Path) -> None:
     np.testing.assert_allclose(trained, expected, rtol=1e-6, atol=1e-6)  # float32 in the Experience
     for i in range(n, len(source)):  # padding: no tokens count, nothing to learn from
         assert samples[str(i)] == {"advantage": 0.0, "mask_tokens": 0}
+    summaries = np.flatnonzero(batch["summary_turn"])  # a summary turn is a sample trained as any
+    assert len(summaries) and (batch["reward"][summaries] == 0).all()
+    assert all(samples[str(i)]["mask_tokens"] > 0 for i in summaries)
 
 
 def test_engine_log_probs_equal_the_policy_after_every_sync(run: Path) -> None:
