@@ -10,11 +10,16 @@ and SIGTERM on a real 2-node CPU cluster in tests/openrlhf_cpu/test_cluster_cpu.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import shlex
+import signal
 import subprocess
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 from openrlhf_runs import load_run
@@ -124,3 +129,59 @@ def test_the_rayjob_gpu_workers_have_a_memory_backed_shm() -> None:
             assert any(
                 m["mountPath"] == "/dev/shm" and m["name"] in memory for m in container["volumeMounts"]
             )
+
+
+def forwarding_step(tmp_path: Path) -> tuple[subprocess.Popen, psutil.Process, Path]:
+    """The template's watcher step (its ``FORWARD_TERM``, run as its ``srun`` runs it) under a
+    stand-in for the batch script that records the SIGTERM it is passed."""
+    line = re.search(r"^FORWARD_TERM=.*$", SBATCH.read_text(), re.MULTILINE)
+    assert line, "the template no longer defines its watcher step as FORWARD_TERM"
+    received = tmp_path / "received"
+    batch = f"""trap 'echo TERM > {shlex.quote(str(received))}; exit 0' TERM
+{line[0]}
+bash -c "$FORWARD_TERM" &
+while :; do sleep 0.05; done"""
+    script = subprocess.Popen(["bash", "-c", batch], start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not (steps := psutil.Process(script.pid).children()) or not steps[0].children():
+        assert script.poll() is None and time.monotonic() < deadline, "the watcher step did not start"
+        time.sleep(0.02)
+    step = next(s for s in steps if s.name() == "bash")
+    return script, step, received
+
+
+def in_group(pgid: int) -> list[str]:
+    """The processes still in process group ``pgid``."""
+    left = []
+    for process in psutil.process_iter(["name"]):
+        with contextlib.suppress(ProcessLookupError, psutil.NoSuchProcess):
+            if os.getpgid(process.pid) == pgid and process.status() != psutil.STATUS_ZOMBIE:
+                left.append(process.info["name"])
+    return left
+
+
+@pytest.mark.parametrize("order", ["its sleep first", "the step first"])
+def test_the_slurm_watcher_step_passes_sigterm_on_whoever_slurm_signals_first(
+    tmp_path: Path, order: str
+) -> None:
+    """``scancel --signal=TERM`` signals every process of the step, children first (Slurm's
+    proctrack/linuxproc walks the tree leaves first), and on a busy node the step's own signal may
+    come much later. A watcher that ended with its sleep was gone by then: the TERM was lost, the
+    driver trained on, and the time limit killed it without a checkpoint at its safe point."""
+    script, step, received = forwarding_step(tmp_path)
+    try:
+        sleep = step.children()[0]
+        first, then = (sleep, step) if order == "its sleep first" else (step, sleep)
+        first.send_signal(signal.SIGTERM)
+        time.sleep(0.5)  # the moment that lost it: the step's TERM half a second after its sleep's
+        with contextlib.suppress(psutil.NoSuchProcess):
+            then.send_signal(signal.SIGTERM)
+        assert script.wait(timeout=10) == 0 and received.read_text() == "TERM\n"
+        deadline = time.monotonic() + 10
+        while (left := in_group(script.pid)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not left, f"the watcher step or its sleeps outlived the stop: {left}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(script.pid, signal.SIGKILL)
+        script.wait()
