@@ -4,29 +4,58 @@
 # environments of their own (.venv-verl, .venv-verifiers, .venv-openrlhf). While the current
 # environment is installed and the main suite runs (mostly one core's work), a second line uses
 # the other core: it makes those environments, runs the verl and verifiers suites and the
-# OpenRLHF suite's modules that start no Ray cluster (BESIDE). The rest of the OpenRLHF suite
-# (Ray clusters, Slurm, kills with deadlines) runs last, alone. Extra arguments go to the main
-# suite's pytest. The first failure ends the run.
+# OpenRLHF suite's modules listed in BESIDE. The rest of the OpenRLHF suite (kills with deadlines,
+# Slurm) runs last, alone. Extra arguments go to the main suite's pytest. The first failure ends
+# the run. Every run ends with the budget: each step's wall time on each line, each line's idle
+# time and each suite's slowest tests (scripts/ci_report.py; the files behind it stay in
+# $HGPO_CI_REPORT, a temp dir unless set).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BESIDE=(test_objective_cpu test_vllm_generator_cpu)
+export HGPO_CI_REPORT=${HGPO_CI_REPORT:-$(mktemp -d -t hgpo-ci-XXXXXX)}
+trap 'python3 scripts/ci_report.py "$HGPO_CI_REPORT"' EXIT  # after a failure too
+
+# timed LINE STEP COMMAND...: run COMMAND, and record for the budget table when it ran and the
+# machine's CPU counters (/proc/stat's busy and idle ticks, all cores) at its start and end
+timed() {
+    local line=$1 step=$2 start cpu rc=0
+    shift 2
+    start=$(date +%s.%N) cpu=$(cpu_ticks)
+    "$@" || rc=$?
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$line" "$step" "$start" "$(date +%s.%N)" "$rc" "$cpu" "$(cpu_ticks)" \
+        >>"$HGPO_CI_REPORT/timeline.tsv"
+    return "$rc"
+}
+cpu_ticks() { awk '/^cpu /{print $2+$3+$4+$7+$8+$9 " " $5+$6}' /proc/stat; }
+export -f timed cpu_ticks
+junit() { echo "--junitxml=$HGPO_CI_REPORT/$1.xml"; }
+
 beside=$(printf ' or %s' "${BESIDE[@]}")
 log=$(mktemp -t hgpo-second-line-XXXXXX.log)
-setsid bash -c "bash scripts/test_verl.sh && bash scripts/test_verifiers.sh && bash scripts/setup_openrlhf_cpu.sh \
-    && HGPO_ENVS_READY=1 bash scripts/test_openrlhf_cpu.sh -k '${beside# or }'" >"$log" 2>&1 &
+setsid bash -c "set -e
+    timed second 'verl: environment' bash scripts/setup_verl.sh
+    HGPO_ENVS_READY=1 timed second 'verl: suite' bash scripts/test_verl.sh $(junit verl)
+    timed second 'verifiers: environment' bash scripts/setup_verifiers.sh
+    HGPO_ENVS_READY=1 timed second 'verifiers: suite' bash scripts/test_verifiers.sh $(junit verifiers)
+    timed second 'openrlhf: environment' bash scripts/setup_openrlhf_cpu.sh
+    HGPO_ENVS_READY=1 timed second 'openrlhf: ${BESIDE[*]}' \
+        bash scripts/test_openrlhf_cpu.sh -k '${beside# or }' $(junit openrlhf-beside)" >"$log" 2>&1 &
 second=$!
-trap 'kill -- -$second 2>/dev/null || true' EXIT  # a failing main suite stops the second line too
+trap 'kill -- -$second 2>/dev/null || true; python3 scripts/ci_report.py "$HGPO_CI_REPORT"' EXIT
 
-pip install torch==2.13.0
-# an editable build writes hgpo.egg-info into the source tree: one at a time (the second line
-# installs too)
-flock "${TMPDIR:-/tmp}/hgpo-editable-install.lock" pip install -e ".[dev]"
-pip install --no-deps openrlhf==0.11.2  # its flash-attn pin is CUDA only
-python -m pytest "$@"
+install() {
+    pip install torch==2.13.0
+    # an editable build writes hgpo.egg-info into the source tree: one at a time (the second line
+    # installs too)
+    flock "${TMPDIR:-/tmp}/hgpo-editable-install.lock" pip install -e ".[dev]"
+    pip install --no-deps openrlhf==0.11.2 # its flash-attn pin is CUDA only
+}
+timed main 'main: environment' install
+timed main 'main: suite' python -m pytest "$(junit main)" "$@"
 status=0
 wait "$second" || status=$?
-trap - EXIT
+trap 'python3 scripts/ci_report.py "$HGPO_CI_REPORT"' EXIT
 echo "----- run beside the main suite: the verl and verifiers suites, the OpenRLHF environment, ${BESIDE[*]} -----"
 cat "$log"
 if [ "$status" -ne 0 ]; then
@@ -35,4 +64,4 @@ if [ "$status" -ne 0 ]; then
 fi
 ignored=()
 for module in "${BESIDE[@]}"; do ignored+=("--ignore=tests/openrlhf_cpu/$module.py"); done
-HGPO_ENVS_READY=1 bash scripts/test_openrlhf_cpu.sh "${ignored[@]}"
+HGPO_ENVS_READY=1 timed main 'openrlhf: the rest' bash scripts/test_openrlhf_cpu.sh "${ignored[@]}" "$(junit openrlhf-rest)"
