@@ -1,4 +1,5 @@
-"""The OpenRLHF backend: HGPO/GiGPO/GRPO on a Ray cluster with vLLM engines and DeepSpeed actors.
+"""The OpenRLHF backend: every estimator (GRPO, GiGPO, HGPO, GraphGPO, G2PO, CRBC, MVPO) on a Ray
+cluster with vLLM engines and DeepSpeed actors.
 
 ``python -m hgpo_train.openrlhf --config configs/openrlhf_alfworld_qwen2.5-1.5b_2gpu.yaml`` runs
 OpenRLHF 0.11.2's own launcher (``openrlhf.cli.train_ppo_ray``: placement, vLLM engines, policy
