@@ -67,25 +67,22 @@ class Moment:
 
 
 MOMENTS = [
-    Moment("start", 0.3),  # the interpreter
-    Moment("start", 3.0),  # imports
-    Moment("start", 6.0),  # the model, the env pool, the evaluator
-    Moment("line 0", 0.0),  # the first rollout
-    Moment("staged 1", 0.0),  # the first checkpoint starts
-    Moment("saving", 0.0),
-    Moment("line 1", 0.05),
-    Moment("line 1", 0.25),
-    Moment("staged 2", 0.0),  # a checkpoint and an evaluation start
-    Moment("staged 2", 0.15),  # the evaluation
-    Moment("staged 2", 0.4),
-    Moment("line 2", 0.0),
-    Moment("saving", 0.0),
-    Moment("staged 4", 0.3),  # iterations 3-5 repeat 1-2's moments: one kill in 4's evaluation
-    Moment("staged 6", 0.0),  # the final save and evaluation
-    Moment("staged 6", 0.3),
-    Moment("line 6", 0.0),  # the end: the last save, closing
+    Moment("start", 0.3),  # start-up: the interpreter, nothing written yet
+    Moment("start", 3.0),  # start-up: imports, the run folder being set up
+    Moment("start", 6.0),  # start-up: the model, the env pool, the evaluator
+    Moment("line 0", 0.0),  # a rollout: the first, after the opening evaluation's line
+    Moment("staged 1", 0.0),  # a checkpoint starts (its metrics staged, not yet in the record)
+    Moment("saving", 0.0),  # a checkpoint half-written (its temporary folder)
+    Moment("line 1", 0.25),  # a resumed run's rollout and update, past the line it resumed after
+    Moment("staged 2", 0.0),  # a checkpoint that an evaluation follows
+    Moment("staged 2", 0.15),  # an evaluation
+    Moment("staged 6", 0.0),  # the final save and evaluation start
+    Moment("staged 6", 0.3),  # the final evaluation
+    Moment("line 6", 0.0),  # the end: the last line written, the run closing
 ]
-LANDED_AT_LEAST = 15
+"""One kill in each phase of a run, each from a state the others do not reach (iterations 3-5
+repeat 1-2's phases, so they are not killed in again)."""
+LANDED_AT_LEAST = 10
 
 
 class RunWatch:
