@@ -31,6 +31,14 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+@pytest.fixture(scope="session")
+def alfworld_games_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data home (``HGPO_DATA``) of the session's own for ALFWorld's compiled games: the tests that
+    play every valid_seen game (the walkthroughs, the shipped panel) compile each game once
+    between them, as a user's disk cache does, instead of once each."""
+    return tmp_path_factory.mktemp("alfworld-games-home")
+
+
 SESSION = pytest.StashKey[pytest.Session]()
 
 

@@ -45,8 +45,9 @@ def _make(data: Path, **kwargs: object) -> gymnasium.Env:
 
 
 def _replay(data: Path, task_ids: list[int]) -> list[str]:
-    """Play each game's walkthrough; return what went wrong (empty when every game was won)."""
-    env = _make(data)
+    """Play each game's walkthrough; return what went wrong (empty when every game was won). The
+    games compiled go to the disk cache, where the shipped panel's test finds them."""
+    env = _make(data, disk_cache=True)
     failures = []
     for task_id in task_ids:
         _, info = env.reset(options={"task_id": task_id})
@@ -66,7 +67,10 @@ def _replay(data: Path, task_ids: list[int]) -> list[str]:
     return failures
 
 
-def test_walkthroughs_win_every_valid_seen_game(alfworld_data: Path) -> None:
+def test_walkthroughs_win_every_valid_seen_game(
+    alfworld_data: Path, alfworld_games_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HGPO_DATA", str(alfworld_games_home))  # the forked workers' data home too
     workers = max(1, min(8, os.cpu_count() or 1))
     chunks = [list(range(VALID_SEEN_GAMES))[i::workers] for i in range(workers)]
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
