@@ -682,7 +682,13 @@ def test_other_openrlhf_versions_are_refused_in_one_line(monkeypatch: pytest.Mon
 def test_a_hub_name_that_cannot_be_fetched_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     from hgpo_train.openrlhf.backend import model_problem
 
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # as on a machine without the network; nothing is fetched
+    import huggingface_hub.constants
+
+    # as on a machine without the network: nothing is fetched. huggingface_hub reads the variable
+    # once, at import (an earlier test imported it), so its constant is set too; the variable
+    # alone let it try the hub with retries, 20-30 s, wherever a name does not resolve
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     problem = model_problem("hgpo-tests/no-such-model")
     assert (
