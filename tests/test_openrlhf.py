@@ -680,9 +680,9 @@ def test_other_openrlhf_versions_are_refused_in_one_line(monkeypatch: pytest.Mon
 
 
 def test_a_hub_name_that_cannot_be_fetched_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    from hgpo_train.openrlhf.backend import model_problem
-
     import huggingface_hub.constants
+
+    from hgpo_train.openrlhf.backend import model_problem
 
     # as on a machine without the network: nothing is fetched. huggingface_hub reads the variable
     # once, at import (an earlier test imported it), so its constant is set too; the variable
