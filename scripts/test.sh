@@ -44,12 +44,13 @@ setsid bash -c "set -e
 second=$!
 trap 'kill -- -$second 2>/dev/null || true; python3 scripts/ci_report.py "$HGPO_CI_REPORT"' EXIT
 
+# (a function that timed runs does not stop at a failing command by itself: hence the &&)
 install() {
-    pip install torch==2.13.0
-    # an editable build writes hgpo.egg-info into the source tree: one at a time (the second line
-    # installs too)
-    flock "${TMPDIR:-/tmp}/hgpo-editable-install.lock" pip install -e ".[dev]"
-    pip install --no-deps openrlhf==0.11.2 # its flash-attn pin is CUDA only
+    pip install torch==2.13.0 &&
+        # an editable build writes hgpo.egg-info into the source tree: one at a time (the second
+        # line installs too)
+        flock "${TMPDIR:-/tmp}/hgpo-editable-install.lock" pip install -e ".[dev]" &&
+        pip install --no-deps openrlhf==0.11.2 # its flash-attn pin is CUDA only
 }
 timed main 'main: environment' install
 timed main 'main: suite' python -m pytest "$(junit main)" "$@"
