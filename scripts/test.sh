@@ -4,15 +4,15 @@
 # environments of their own (.venv-verl, .venv-verifiers, .venv-openrlhf). Two lines run at once:
 # this one installs the current environment and runs the main suite; the second makes the other
 # environments and runs the verl and verifiers suites and the OpenRLHF modules in BESIDE (those
-# with no deadline a loaded machine could miss). The rest of the OpenRLHF suite (kills with
-# deadlines, Slurm, the 2-node cluster) runs last, alone. Extra arguments go to the main suite's
+# whose deadlines a loaded machine meets). The rest of the OpenRLHF suite (kills at a moment,
+# grace periods, Slurm's time limits) runs last, alone. Extra arguments go to the main suite's
 # pytest. The first failure ends the run. Every run ends with the budget (scripts/ci_report.py):
 # each step's wall time and the CPUs' busy share while it ran, each line's idle time and each
 # suite's slowest tests; the files behind it stay in $HGPO_CI_REPORT (a temp dir unless set).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-BESIDE=(test_objective_cpu test_vllm_generator_cpu test_backend_cpu)
+BESIDE=(test_objective_cpu test_vllm_generator_cpu test_backend_cpu test_cluster_cpu)
 export HGPO_CI_REPORT=${HGPO_CI_REPORT:-$(mktemp -d -t hgpo-ci-XXXXXX)}
 trap 'python3 scripts/ci_report.py "$HGPO_CI_REPORT"' EXIT  # after a failure too
 

@@ -27,7 +27,7 @@ from hgpo_train.tracking import read_metrics
 
 pytestmark = pytest.mark.timeout(1500)
 """scripts/test.sh runs this module beside the main suite, where the shared run (this module's
-first test's setup) takes up to twice its 4-7 minutes alone."""
+first test's setup) takes up to twice its 3-7 minutes alone."""
 ITERATIONS, SKIPPED = 5, 3
 LOGPROB_TOLERANCE = 0.02
 """Largest mean |log p_vLLM - log p_DeepSpeed| per token with equal weights. In bf16 both sides
