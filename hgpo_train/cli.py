@@ -1,8 +1,8 @@
 """Command line: ``python -m hgpo_train [--backend openrlhf] --config FILE [key=value | --key value ...]``.
 
 Trains a policy with GRPO, GiGPO, HGPO, GraphGPO, G2PO, CRBC or MVPO (``advantage.estimator``)
-on an HGPO-* env, writing the resolved config, metrics (JSONL, TensorBoard), checkpoints and evaluations to
-``train.output_dir``. Re-running the same command resumes from the latest checkpoint; SIGTERM
+on an HGPO-* env, writing the resolved config, metrics (JSONL, TensorBoard), checkpoints and
+evaluations to ``train.output_dir``. Re-running the same command resumes from the latest checkpoint; SIGTERM
 stops at the next safe point with a checkpoint, Ctrl-C at once, and either says where the run
 can go on from. Both backends read this one command line
 and the same config; ``--backend openrlhf`` runs OpenRLHF's launcher on a Ray cluster instead of

@@ -14,7 +14,8 @@ cd "$(dirname "$0")/.."
 
 BESIDE=(test_objective_cpu test_vllm_generator_cpu test_backend_cpu test_cluster_cpu)
 export HGPO_CI_REPORT=${HGPO_CI_REPORT:-$(mktemp -d -t hgpo-ci-XXXXXX)}
-trap 'python3 scripts/ci_report.py "$HGPO_CI_REPORT"' EXIT  # after a failure too
+budget() { python3 scripts/ci_report.py "$HGPO_CI_REPORT"; }
+trap budget EXIT  # after a failure too
 
 # timed LINE STEP COMMAND...: run COMMAND, and record for the budget table when it ran and the
 # machine's CPU counters (/proc/stat's busy and idle ticks, all cores) at its start and end
@@ -42,7 +43,7 @@ setsid bash -c "set -e
     HGPO_ENVS_READY=1 timed second 'openrlhf: ${BESIDE[*]}' \
         bash scripts/test_openrlhf_cpu.sh -k '${beside# or }' $(junit openrlhf-beside)" >"$log" 2>&1 &
 second=$!
-trap 'kill -- -$second 2>/dev/null || true; python3 scripts/ci_report.py "$HGPO_CI_REPORT"' EXIT
+trap 'kill -- -$second 2>/dev/null || true; budget' EXIT  # a failing main suite stops the second line
 
 # (a function that timed runs does not stop at a failing command by itself: hence the &&)
 install() {
@@ -56,7 +57,7 @@ timed main 'main: environment' install
 timed main 'main: suite' python -m pytest "$(junit main)" "$@"
 status=0
 wait "$second" || status=$?
-trap 'python3 scripts/ci_report.py "$HGPO_CI_REPORT"' EXIT
+trap budget EXIT
 echo "----- run beside the main suite: the verl and verifiers suites, the OpenRLHF environment, ${BESIDE[*]} -----"
 cat "$log"
 if [ "$status" -ne 0 ]; then

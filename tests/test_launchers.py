@@ -143,11 +143,20 @@ bash -c "$FORWARD_TERM" &
 while :; do sleep 0.05; done"""
     script = subprocess.Popen(["bash", "-c", batch], start_new_session=True)
     deadline = time.monotonic() + 30
-    while not (steps := psutil.Process(script.pid).children()) or not steps[0].children():
+    while not (steps := bash_children(script.pid)) or not steps[0].children():  # the step, its sleep
         assert script.poll() is None and time.monotonic() < deadline, "the watcher step did not start"
         time.sleep(0.02)
-    step = next(s for s in steps if s.name() == "bash")
-    return script, step, received
+    return script, steps[0], received
+
+
+def bash_children(pid: int) -> list[psutil.Process]:
+    """The bash processes among ``pid``'s children (its short sleeps may end while looked at)."""
+    found = []
+    for child in psutil.Process(pid).children():
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if child.name() == "bash":
+                found.append(child)
+    return found
 
 
 def in_group(pgid: int) -> list[str]:
