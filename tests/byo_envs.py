@@ -145,7 +145,7 @@ HOURGLASS = TextEnvSpec(
 
 def slow_dial(split: str = "train") -> Dial:
     """A dial that takes a while to build, as envs that load a catalog or a game set do."""
-    time.sleep(0.3)
+    time.sleep(1.0)
     return Dial()
 
 

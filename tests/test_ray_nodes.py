@@ -22,6 +22,8 @@ REPO_DIR = str(Path(__file__).resolve().parents[1])
 if TESTS_DIR not in sys.path:
     sys.path.insert(0, TESTS_DIR)
 
+from ray._private.state import available_resources_per_node  # as the pool itself reads it
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from ray_cluster import RayNode, wait_for_head
 from serve_helpers import free_port
 
@@ -66,20 +68,37 @@ def cluster() -> Iterator[tuple[list[RayNode], str, Path]]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+@ray.remote(num_cpus=1)
+class Placeholder:
+    """Holds one CPU of the node it is pinned to."""
+
+    def ready(self) -> bool:
+        return True
+
+
+def head_free_cpus(head: str) -> float:
+    return available_resources_per_node().get(head, {}).get("CPU", 0.0)
+
+
 def pool_split_over(second: RayNode) -> tuple[GroupedEnvPool, set[int]]:
-    """4 workers over head (3 CPUs) and second (2 CPUs), 2 on each, env i on worker i % 4; and the
-    workers on ``second``. Ray's SPREAD is best effort (3 and 1 at times), so another placement is
-    made again."""
-    placed = []
-    for _ in range(5):
-        pool = GroupedEnvPool(PROBE, 4, 2, num_workers=4, backend="ray", step_timeout=30, reset_timeout=60)
-        pool.reset()
-        on_second = {w for w, pid in enumerate(pool.worker_pids()) if pid in second.pids()}
-        if len(on_second) == 2:
-            return pool, on_second
-        placed.append(sorted(on_second))
-        pool.close()
-    pytest.fail(f"SPREAD never placed 2 of 4 workers on the second node (it placed {placed} there)")
+    """4 workers, 2 on the head (3 CPUs) and 2 on ``second`` (2 CPUs), env i on worker i % 4; and
+    the workers on ``second``. Ray's SPREAD is best effort (on a busy machine it put 1 of 4, or
+    none, on the second node), so while the pool starts a placeholder holds one head CPU: 4 workers
+    then fit only as 2 and 2. The placeholder's CPU is the head's room for one replacement later."""
+    head = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU") == 3.0)
+    on_head = NodeAffinitySchedulingStrategy(node_id=head, soft=False)
+    placeholder = Placeholder.options(scheduling_strategy=on_head).remote()
+    ray.get(placeholder.ready.remote(), timeout=120)
+    pool = GroupedEnvPool(PROBE, 4, 2, num_workers=4, backend="ray", step_timeout=30, reset_timeout=300)
+    pool.reset()
+    on_second = {w for w, pid in enumerate(pool.worker_pids()) if pid in second.pids()}
+    assert len(on_second) == 2, pool.worker_pids()
+    ray.kill(placeholder)
+    deadline = time.monotonic() + 60
+    while head_free_cpus(head) < 1.0:
+        assert time.monotonic() < deadline, "the placeholder's CPU did not come back"
+        time.sleep(0.25)
+    return pool, on_second
 
 
 def test_lost_node_ends_only_its_episodes(cluster: tuple[list[RayNode], str, Path]) -> None:

@@ -114,7 +114,7 @@ def test_a_closed_session_makes_no_env_past_the_cap():
 
 
 def test_a_task_listing_does_not_stall_the_sessions_stepping():
-    """400 tasks, an env that takes 0.3 s to build: the listing builds one, in a thread."""
+    """400 tasks, an env that takes 1 s to build: the listing builds one, in a thread."""
     with (
         running_server("byo_envs:TestSlowDial-v0", "response_format=plain") as (url, _),
         connect(url.replace("http", "ws") + "/ws") as ws,
@@ -142,7 +142,8 @@ def test_a_task_listing_does_not_stall_the_sessions_stepping():
             latencies.append(time.monotonic() - started)
         lister.join()
     assert len(listed["tasks"]) == 400 and listed["seconds"] < 10
-    assert max(latencies) < 0.2, max(latencies)  # the 0.3 s build never ran on the event loop
+    # the 1 s build never ran on the event loop (a busy machine may still pause a step a while)
+    assert max(latencies) < 0.5, max(latencies)
 
 
 def test_client_choices_and_redaction():

@@ -11,6 +11,7 @@ import re
 import signal
 import socket
 import stat
+import statistics
 import threading
 import time
 import urllib.error
@@ -469,7 +470,10 @@ def test_a_bystanders_steps_stay_fast_while_a_client_sends_the_worst_frames(serv
         finally:
             stop.set()
             attacker.join(120)
-    assert max(latencies) < 0.05, f"{worst}: {max(latencies) * 1000:.0f} ms"
+    # A check held on the event loop would hold most of these steps (the frames come back to back
+    # and take 0.3-5 s each to check), while a busy machine may pause any one step: so 9 in 10.
+    p90 = statistics.quantiles(latencies, n=10)[-1]
+    assert p90 < 0.05, f"{worst}: 9 in 10 steps within {p90 * 1000:.0f} ms"
 
 
 def non_reader(url: str, source: str) -> socket.socket:
