@@ -12,12 +12,12 @@ the overhead is the difference. Target: at most 20 microseconds per step at K = 
 
 from __future__ import annotations
 
-import argparse
 import random
 import time
 from collections.abc import Callable
 
 import gymnasium as gym
+from command_line import options
 
 from hgpo_env import TextAdapter, TextEnvSpec, make_agent_env
 
@@ -72,12 +72,7 @@ def row(name: str, seconds: float, bare: float) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--steps", type=int, default=20000)
-    parser.add_argument("--obs-bytes", type=int, default=1024)
-    args = parser.parse_args()
+    args = options(__doc__, steps=20000, obs_bytes=1024)
     print(f"{args.steps} steps, fastest of 7 runs, observations of {args.obs_bytes} characters")
     print(f"{'setup':<44}{'us/step':>10}{'overhead us':>14}{'x bare':>9}")
 

@@ -26,19 +26,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from hgpo_env.transitions import mix64
-from hgpo_train.advantage import (
-    AdvantageConfig,
-    CRBCSettings,
-    compute_advantages,
-    episode_scores,
-    gigpo_advantages,
-    graph_returns,
-    grpo_advantages,
-    hgpo_advantages,
-    mvpo_advantages,
-    step_returns,
-)
+from hgpo_env.tools.transitions import mix64
+from hgpo_train import advantage as adv
 
 GROUPS_PER_BATCH = 16
 ROLLOUTS_PER_GROUP = 8
@@ -212,7 +201,7 @@ def per_group_crbc(
     won: np.ndarray,
     invalid: np.ndarray,
     mode: str,
-    config: CRBCSettings,
+    config: adv.CRBCSettings,
 ) -> np.ndarray:
     """CRBC's closure one task group at a time: the group's anchors and (anchor, action) pairs by
     np.unique, M and b as dense matrices, ``np.linalg.solve``, then Q, V, the spread and the gate.
@@ -240,8 +229,8 @@ def per_group_crbc(
         spread = np.sqrt(np.bincount(anchor, weights=gap * gap) / visits)
         choices = np.bincount(pairs // (int(actions.max()) + 1), minlength=m)
         step[rows] = np.where(choices[anchor] >= 2, gap / np.maximum(spread[anchor], config.sigma_min), 0.0)
-    scores = episode_scores(rewards, traj_ids, invalid=invalid)
-    return grpo_advantages(scores, group_ids, mode) + config.step_weight * step
+    scores = adv.episode_scores(rewards, traj_ids, invalid=invalid)
+    return adv.grpo_advantages(scores, group_ids, mode) + config.step_weight * step
 
 
 def timed(fn: Callable[[], np.ndarray], repeats: int) -> tuple[float, float, np.ndarray]:
@@ -285,13 +274,13 @@ def main(argv: list[str] | None = None) -> int:
         f"mean rollout length {lengths.mean():.1f}, mode={args.mode}"
     )
 
-    returns = step_returns(b["reward"], b["traj_id"], invalid=b["invalid"])
-    scores = episode_scores(b["reward"], b["traj_id"], invalid=b["invalid"])
-    graphgpo = AdvantageConfig(estimator="graphgpo", gamma=0.1, mode=args.mode)
-    crbc = AdvantageConfig(estimator="crbc", mode=args.mode)
+    returns = adv.step_returns(b["reward"], b["traj_id"], invalid=b["invalid"])
+    scores = adv.episode_scores(b["reward"], b["traj_id"], invalid=b["invalid"])
+    graphgpo = adv.AdvantageConfig(estimator="graphgpo", gamma=0.1, mode=args.mode)
+    crbc = adv.AdvantageConfig(estimator="crbc", mode=args.mode)
 
     def crbc_run(c: dict[str, np.ndarray]) -> Callable[[], np.ndarray]:
-        return lambda: compute_advantages(
+        return lambda: adv.compute_advantages(
             c["reward"], c["traj_id"], c["group_id"], c["fingerprints"], c["invalid"], crbc,
             action_keys=c["action_key"], won=c["won"],
         )  # fmt: skip
@@ -299,16 +288,16 @@ def main(argv: list[str] | None = None) -> int:
     def mvpo_run() -> np.ndarray:
         columns = ("won", "signature", "next_signature", "triggers", "next_triggers", "invalid")
         keys = b["reward"], b["traj_id"], b["group_id"], b["fingerprints"]
-        return mvpo_advantages(*keys, *(b[c] for c in columns)).advantages
+        return adv.mvpo_advantages(*keys, *(b[c] for c in columns)).advantages
 
     runs = {
-        "step_returns": lambda: step_returns(b["reward"], b["traj_id"], invalid=b["invalid"]),
-        "grpo_advantages": lambda: grpo_advantages(scores, b["group_id"], args.mode),
-        "gigpo_advantages": lambda: gigpo_advantages(
+        "step_returns": lambda: adv.step_returns(b["reward"], b["traj_id"], invalid=b["invalid"]),
+        "grpo_advantages": lambda: adv.grpo_advantages(scores, b["group_id"], args.mode),
+        "gigpo_advantages": lambda: adv.gigpo_advantages(
             returns, scores, b["group_id"], b["fingerprints"], args.mode
         ),
-        "hgpo_advantages": lambda: hgpo_advantages(returns, b["group_id"], b["fingerprints"], args.mode),
-        "graph_returns": lambda: graph_returns(
+        "hgpo_advantages": lambda: adv.hgpo_advantages(returns, b["group_id"], b["fingerprints"], args.mode),
+        "graph_returns": lambda: adv.graph_returns(
             b["reward"],
             b["traj_id"],
             b["group_id"],
@@ -317,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
             0.1,
             b["invalid"],
         ),
-        "graphgpo": lambda: compute_advantages(
+        "graphgpo": lambda: adv.compute_advantages(
             b["reward"],
             b["traj_id"],
             b["group_id"],
@@ -343,12 +332,12 @@ def main(argv: list[str] | None = None) -> int:
     comparisons = {
         "hgpo": (
             "straightforward",
-            lambda: hgpo_advantages(ret, c["group_id"], c["fingerprints"], args.mode),
+            lambda: adv.hgpo_advantages(ret, c["group_id"], c["fingerprints"], args.mode),
             lambda: straightforward_hgpo(ret, c["group_id"], c["fingerprints"], args.mode),
         ),
         "graphgpo": (
             "per-group",
-            lambda: compute_advantages(
+            lambda: adv.compute_advantages(
                 c["reward"],
                 c["traj_id"],
                 c["group_id"],

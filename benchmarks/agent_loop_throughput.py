@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 from pool_throughput import SlowStep
 
 from hgpo_train.config import load_config
-from hgpo_train.rollout import collect_rollouts
-from hgpo_train.train import Trainer
+from hgpo_train.local.train import Trainer
+from hgpo_train.rollout.collect import collect_rollouts
 
 CONFIG = Path(__file__).resolve().parents[1] / "configs" / "rooms_demo.yaml"
 SLOW_ID = "HGPO-SlowRooms-v0"

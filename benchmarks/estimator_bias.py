@@ -49,23 +49,11 @@ import gymnasium as gym
 import numpy as np
 from rooms_policy import PromptPolicy
 
+from hgpo_env.contract.fingerprint import FINGERPRINT_MODES, Fingerprinter
 from hgpo_env.envs.rooms import HELD_OUT_TASKS, RoomsEnv
-from hgpo_env.fingerprint import FINGERPRINT_MODES, Fingerprinter
-from hgpo_env.registration import make_agent_env
-from hgpo_train.advantage import (
-    AdvantageConfig,
-    CRBCSettings,
-    crbc_advantages,
-    episode_scores,
-    g2po_advantages,
-    gigpo_advantages,
-    graph_returns,
-    grpo_advantages,
-    hgpo_advantages,
-    level_clusters,
-    step_returns,
-)
-from hgpo_train.diagnostics import grouping_diagnostics
+from hgpo_env.textenv.registration import make_agent_env
+from hgpo_train import advantage as adv
+from hgpo_train.run.diagnostics import grouping_diagnostics
 
 GAMMA = 0.95
 INVALID_PENALTY = 0.1
@@ -103,7 +91,7 @@ MSE is on another scale and not comparable, their Spearman is. *Exact-zero steps
 steps the estimator gives no credit at all (advantage exactly 0: a group whose returns are all
 equal). *Context inconsistency*
 is the share of rows whose level-0 cluster holds more than one K-step context
-(`hgpo_train.diagnostics`).
+(`hgpo_train.run.diagnostics`).
 """
 
 
@@ -305,19 +293,23 @@ def next_state_keys(batch: Batch, mode: str) -> np.ndarray:
     return np.array([fingerprinter.state(text) for text in batch.next_state_text], dtype=np.uint64)
 
 
-def estimator_configs() -> dict[str, tuple[AdvantageConfig, int, str]]:
+def estimator_configs() -> dict[str, tuple[adv.AdvantageConfig, int, str]]:
     """Row name -> (config in mean_norm, K, fingerprint mode) for every estimator in the table."""
     base = {"gamma": GAMMA, "invalid_penalty": INVALID_PENALTY, "mode": "mean_norm"}
     graph = {**base, "gamma": GRAPH_GAMMA}
     rows = {
-        "GRPO": (AdvantageConfig("grpo", **base), 0, FINGERPRINT_MODES[0]),
-        "GiGPO": (AdvantageConfig("gigpo", **base), 0, FINGERPRINT_MODES[0]),
-        "GraphGPO": (AdvantageConfig("graphgpo", **graph), 0, FINGERPRINT_MODES[0]),
-        "G2PO": (AdvantageConfig("g2po", **base), 0, FINGERPRINT_MODES[0]),
-        "CRBC (closure)": (AdvantageConfig("crbc", **base), 0, FINGERPRINT_MODES[0]),
-        "CRBC K=0": (AdvantageConfig("crbc", crbc=CRBCSettings(depth=0), **base), 0, FINGERPRINT_MODES[0]),
+        "GRPO": (adv.AdvantageConfig("grpo", **base), 0, FINGERPRINT_MODES[0]),
+        "GiGPO": (adv.AdvantageConfig("gigpo", **base), 0, FINGERPRINT_MODES[0]),
+        "GraphGPO": (adv.AdvantageConfig("graphgpo", **graph), 0, FINGERPRINT_MODES[0]),
+        "G2PO": (adv.AdvantageConfig("g2po", **base), 0, FINGERPRINT_MODES[0]),
+        "CRBC (closure)": (adv.AdvantageConfig("crbc", **base), 0, FINGERPRINT_MODES[0]),
+        "CRBC K=0": (
+            adv.AdvantageConfig("crbc", crbc=adv.CRBCSettings(depth=0), **base),
+            0,
+            FINGERPRINT_MODES[0],
+        ),
         "HGPO K=2 α=1 + graph returns": (
-            AdvantageConfig("hgpo", step_return="graph", **graph),
+            adv.AdvantageConfig("hgpo", step_return="graph", **graph),
             2,
             FINGERPRINT_MODES[0],
         ),
@@ -326,12 +318,12 @@ def estimator_configs() -> dict[str, tuple[AdvantageConfig, int, str]]:
         for levels in LEVELS:
             for alpha in ALPHAS:
                 name = f"HGPO K={levels} α={alpha:g} {MODE_NAMES[mode]}"
-                rows[name] = (AdvantageConfig("hgpo", alpha=alpha, **base), levels, mode)
+                rows[name] = (adv.AdvantageConfig("hgpo", alpha=alpha, **base), levels, mode)
     return rows
 
 
 def estimate(
-    config: AdvantageConfig,
+    config: adv.AdvantageConfig,
     returns: np.ndarray,
     scores: np.ndarray,
     groups: np.ndarray,
@@ -344,15 +336,17 @@ def estimate(
     if config.estimator in ("g2po", "crbc"):
         reward, traj, invalid, action_keys, won = steps
         if config.estimator == "crbc":
-            return crbc_advantages(reward, traj, groups, fp, action_keys, won, invalid, config)
-        return g2po_advantages(reward, traj, groups, fp, invalid, config.mode, config.gamma, INVALID_PENALTY)
+            return adv.crbc_advantages(reward, traj, groups, fp, action_keys, won, invalid, config)
+        return adv.g2po_advantages(
+            reward, traj, groups, fp, invalid, config.mode, config.gamma, INVALID_PENALTY
+        )
     if config.estimator == "grpo":
-        return grpo_advantages(scores, groups, config.mode)
+        return adv.grpo_advantages(scores, groups, config.mode)
     if config.estimator in ("gigpo", "graphgpo"):
-        return gigpo_advantages(
+        return adv.gigpo_advantages(
             returns, scores, groups, fp, config.mode, config.step_weight, config.episode_weight
         )
-    return hgpo_advantages(
+    return adv.hgpo_advantages(
         returns, groups, fp, config.mode, config.alpha, config.base_group, scores, config.weight_offset
     )
 
@@ -390,8 +384,8 @@ def score_estimators(
     reward, invalid = np.asarray(batch.reward), np.asarray(batch.invalid, dtype=np.float64)
     truth = batch.column("advantage")
     sampled = (
-        step_returns(reward, traj, GAMMA, invalid, INVALID_PENALTY),
-        episode_scores(reward, traj, invalid, INVALID_PENALTY),
+        adv.step_returns(reward, traj, GAMMA, invalid, INVALID_PENALTY),
+        adv.episode_scores(reward, traj, invalid, INVALID_PENALTY),
     )
     expected = (
         batch.column("q_return"),
@@ -405,7 +399,7 @@ def score_estimators(
         returns = sampled[0]
         if config.returns == "graph":  # no expected version: the graph is the batch's own
             after = next_state_keys(batch, mode)
-            returns = graph_returns(
+            returns = adv.graph_returns(
                 reward, traj, groups, fp[:, 0], after, config.gamma, invalid, INVALID_PENALTY
             )
 
@@ -452,7 +446,7 @@ def score_grouping(
 def clustered_differently(groups: Sequence[int], fp: np.ndarray, other: np.ndarray) -> float:
     """Share of rows whose cluster differs, at some level, between two fingerprint sets."""
     differs = np.zeros(len(fp), dtype=bool)
-    for a, b in zip(level_clusters(groups, fp).T, level_clusters(groups, other).T):
+    for a, b in zip(adv.level_clusters(groups, fp).T, adv.level_clusters(groups, other).T):
         pairs = np.unique(np.stack([a, b], axis=1), axis=0)
         # a cluster of one set that meets two clusters of the other (-1, missing, counts as one)
         differs |= np.bincount(pairs[:, 0] + 1)[a + 1] > 1

@@ -9,13 +9,14 @@ Target: under 20 microseconds per step at K = 4.
 
 from __future__ import annotations
 
-import argparse
 import random
 import statistics
 import time
 
-from hgpo_env.core import TextEnv
-from hgpo_env.memory import KStepMemory
+from command_line import options
+
+from hgpo_env.prompting.memory import KStepMemory
+from hgpo_env.textenv.core import TextEnv
 
 WORDS = (
     "the",
@@ -80,12 +81,7 @@ def time_per_step(env, steps: int, repeats: int = 5) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--steps", type=int, default=20000)
-    parser.add_argument("--obs-bytes", type=int, default=1024)
-    args = parser.parse_args()
+    args = options(__doc__, steps=20000, obs_bytes=1024)
 
     bare = time_per_step(PagesEnv(args.obs_bytes), args.steps)
     print(f"observation size: {args.obs_bytes} characters, {args.steps} steps x 5 repeats (median)")

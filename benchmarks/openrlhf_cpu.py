@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout
 
-from hgpo_train.tracking import read_metrics
+from hgpo_train.run.tracking import read_metrics
 
 CONFIG = REPO / "configs" / "openrlhf_rooms_cpu.yaml"
 PARTS = {  # column: (OpenRLHF backend's metric, local trainer's metric)

@@ -22,7 +22,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
 
 from hgpo_train.config import load_config
-from hgpo_train.train import Trainer
+from hgpo_train.local.train import Trainer
 
 PARTS = ("time/env_s", "time/generate_s", "time/advantage_s", "time/update_s")
 

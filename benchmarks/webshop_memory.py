@@ -10,13 +10,13 @@ found (``../shared/data/webshop``, ``$WEBSHOP_DATA``, data home), else the gener
 
 from __future__ import annotations
 
-import argparse
 import gc
 import warnings
 from pathlib import Path
 
 import gymnasium as gym
 import psutil
+from command_line import options
 from webshop_common import data_path
 
 import hgpo_env  # noqa: F401
@@ -78,13 +78,7 @@ def in_a_pool(num_envs: int, workers: int, folder: Path | None) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--envs", type=int, default=128)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--no-pool", action="store_true")
-    args = parser.parse_args()
+    args = options(__doc__, envs=128, workers=2, no_pool=False)
     warnings.simplefilter("ignore", GeneratedCatalogWarning)
     in_one_process(args.envs, data_path())
     if not args.no_pool:

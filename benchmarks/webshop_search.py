@@ -11,12 +11,12 @@ and load times are reported too (the index is cached on disk under the data home
 
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 import time
 import warnings
 
+from command_line import options
 from webshop_common import data_path, median_p95
 
 from hgpo_env.envs.webshop import Catalog, generate_catalog, load_catalog, shuffled_goals
@@ -44,15 +44,12 @@ def measure(name: str, catalog: Catalog, num_queries: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    args = options(
+        __doc__,
+        queries=500,
+        large=(100_000, "products in the generated large catalog"),
+        no_disk_cache=(False, "build indexes in a fresh temporary data home"),
     )
-    parser.add_argument("--queries", type=int, default=500)
-    parser.add_argument("--large", type=int, default=100_000, help="products in the generated large catalog")
-    parser.add_argument(
-        "--no-disk-cache", action="store_true", help="build indexes in a fresh temporary data home"
-    )
-    args = parser.parse_args()
     if args.no_disk_cache:
         os.environ["HGPO_DATA"] = tempfile.mkdtemp(prefix="hgpo-bench-")
     with warnings.catch_warnings():

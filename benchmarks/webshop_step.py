@@ -10,13 +10,13 @@ else on the generated catalog. Reports median and p95 per step, per command kind
 
 from __future__ import annotations
 
-import argparse
 import random
 import time
 import warnings
 from collections import defaultdict
 
 import gymnasium as gym
+from command_line import options
 from webshop_common import data_path, median_p95
 
 import hgpo_env  # noqa: F401
@@ -65,12 +65,7 @@ def report(name: str, times: dict[str, list[float]]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--episodes", type=int, default=300)
-    parser.add_argument("--history-length", type=int, default=2)
-    args = parser.parse_args()
+    args = options(__doc__, episodes=300, history_length=2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", GeneratedCatalogWarning)
         env = gym.make("HGPO-WebShop-v0", data_path=data_path(), history_length=args.history_length)

@@ -15,10 +15,10 @@ from typing import Any
 import gymnasium as gym
 
 import hgpo_env
-from hgpo_env.arguments import read_value
-from hgpo_env.memory import DEFAULT_HISTORY_LENGTH
-from hgpo_env.registration import MissingExtraError, import_env_module
+from hgpo_env.prompting.memory import DEFAULT_HISTORY_LENGTH
 from hgpo_env.serve.options import ServerOptions
+from hgpo_env.textenv.arguments import read_value
+from hgpo_env.textenv.registration import MissingExtraError, import_env_module
 
 DOWNLOADABLE = ("alfworld", "webshop")
 
@@ -84,7 +84,7 @@ BAD_ENV = (gym.error.Error, ValueError, TypeError, FileNotFoundError, MissingExt
 
 
 def serve(args: argparse.Namespace) -> int:
-    from hgpo_env.registration import extra_hint
+    from hgpo_env.textenv.registration import extra_hint
 
     with extra_hint("hgpo_env.serve"):
         from hgpo_env.serve.server import serve as run_server
@@ -104,7 +104,7 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def check(args: argparse.Namespace) -> int:
-    from hgpo_env.check import check_env_health
+    from hgpo_env.tools.check import check_env_health
 
     try:
         env_id, env_kwargs = env_from_args(args)
@@ -126,7 +126,7 @@ def check(args: argparse.Namespace) -> int:
 
 
 def audit(args: argparse.Namespace) -> int:
-    from hgpo_env.audit import AuditError, audit_env, print_progress
+    from hgpo_env.tools.audit import AuditError, audit_env, print_progress
 
     try:
         env_id, env_kwargs = env_from_args(args)
@@ -150,7 +150,7 @@ def audit(args: argparse.Namespace) -> int:
 
 
 def print_panel(args: argparse.Namespace) -> int:
-    from hgpo_env.panel import PanelError, build_panel
+    from hgpo_env.tools.panel import PanelError, build_panel
 
     if "=" in (args.split or ""):  # no split named: the first key=value came in its place
         args.env_kwargs, args.split = [args.split, *args.env_kwargs], None

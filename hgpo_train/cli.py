@@ -1,5 +1,9 @@
 """Command line: ``python -m hgpo_train [--backend openrlhf] --config FILE [key=value | --key value ...]``.
 
+A first word names one of the trainer's tools instead: ``eval`` (a policy on a task panel),
+``compare`` (the table of methods over runs), ``stop`` (ask a run to stop at a safe point) and
+``tiny-model`` (build the tiny offline model); ``python -m hgpo_train TOOL --help`` for each.
+
 Trains a policy with GRPO, GiGPO, HGPO, GraphGPO, G2PO, CRBC or MVPO (``advantage.estimator``)
 on an HGPO-* env, writing the resolved config, metrics (JSONL, TensorBoard), checkpoints and
 evaluations to ``train.output_dir``. Re-running the same command resumes from the latest checkpoint; SIGTERM
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import importlib
 import json
 import os
 import signal
@@ -21,9 +26,9 @@ from pathlib import Path
 
 try:
     from hgpo_train.config import Config, ConfigError, load_config
-    from hgpo_train.config_keys import describe_options, dotted_flags_as_overrides
-    from hgpo_train.stopping import STOPPED_EXIT, StopRequested, request_stop, running, stopped_line
-    from hgpo_train.tracking import read_metrics
+    from hgpo_train.config.keys import describe_options, dotted_flags_as_overrides
+    from hgpo_train.run.stopping import STOPPED_EXIT, StopRequested, request_stop, running, stopped_line
+    from hgpo_train.run.tracking import read_metrics
 except ModuleNotFoundError as missing:  # a core-only install, or a Python without hgpo: name the fix
     print(
         f"error: the trainer needs the train extra (no module {missing.name!r} in {sys.executable}): "
@@ -32,6 +37,15 @@ except ModuleNotFoundError as missing:  # a core-only install, or a Python witho
         file=sys.stderr,
     )
     sys.exit(2)
+
+
+TOOLS = {
+    "eval": "hgpo_train.evaluation.evaluate",
+    "compare": "hgpo_train.evaluation.compare",
+    "stop": "hgpo_train.run.stopping",
+    "tiny-model": "hgpo_train.update.tiny_model",
+}
+"""The first words that run a tool (its module's ``main``) rather than training."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,8 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in TOOLS:
+        return importlib.import_module(TOOLS[argv[0]]).main(argv[1:])
     parser = build_parser()
-    args = parser.parse_args(dotted_flags_as_overrides(sys.argv[1:] if argv is None else argv, Config))
+    args = parser.parse_args(dotted_flags_as_overrides(argv, Config))
     openrlhf = args.backend == "openrlhf"
     if not openrlhf and (args.ray_address or args.dry_run or args.verbose):
         parser.error("--ray-address, --dry-run and --verbose are options of --backend openrlhf")
@@ -147,12 +164,12 @@ def _openrlhf(config: Config, args: argparse.Namespace) -> int:
 
 
 def _train(config: Config, args: argparse.Namespace) -> int:
-    from hgpo_env.panel import PanelError
-    from hgpo_env.registration import MissingExtraError
+    from hgpo_env.textenv.registration import MissingExtraError
+    from hgpo_env.tools.panel import PanelError
     from hgpo_env.vector import PoolError
-    from hgpo_train.checkpoint import CheckpointError
-    from hgpo_train.modeling import ModelLoadError
-    from hgpo_train.train import Trainer
+    from hgpo_train.local.train import Trainer
+    from hgpo_train.run.checkpoint import CheckpointError
+    from hgpo_train.update.modeling import ModelLoadError
 
     try:
         trainer = Trainer(config, allow_config_change=args.allow_config_change, overwrite=args.overwrite)

@@ -14,7 +14,7 @@ env API, one growing conversation per episode, the framework's own trajectory-le
 ``info`` decide the groups (GRPO, GiGPO or HGPO from :mod:`hgpo_train.advantage`).
 
 The framework-neutral pieces the adapters share: :class:`integrations.session.EnvSession` (an env
-played as a conversation), :func:`hgpo_train.rollout.play_episodes` (groups of envs played in
-lockstep for someone else's generation code), :func:`hgpo_train.rollout.step_columns` and
+played as a conversation), :func:`hgpo_train.rollout.collect.play_episodes` (groups of envs played in
+lockstep for someone else's generation code), :func:`hgpo_train.rollout.collect.step_columns` and
 :func:`hgpo_train.advantage.compute_advantages` (finished episodes to step advantages).
 """

@@ -6,7 +6,7 @@ its own estimator (``--algo.advantage.estimator group_norm`` is GRPO over ``--ro
 samples). This module supplies the agent: each sample's label names a task, the env's turns are
 written in the model's chat template, and the episode's env reward (minus a penalty per invalid
 step) is the sample's reward. For step-level HGPO on OpenRLHF use this project's own backend
-(``python -m hgpo_train.openrlhf``): there every step is its own sample, grouped by fingerprints.
+(``python -m hgpo_train --backend openrlhf``): there every step is its own sample, grouped by fingerprints.
 
 Point OpenRLHF at a file that defines ``AgentExecutor``, e.g.::
 
@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from hgpo_train.generation import end_token_id
+from hgpo_train.rollout.generation import end_token_id
 from integrations._framework import missing_framework
 from integrations.session import EnvSession
 

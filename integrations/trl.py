@@ -28,11 +28,11 @@ import gymnasium as gym
 import numpy as np
 
 from hgpo_env.vector import GroupedEnvPool
-from hgpo_train import durable
 from hgpo_train.advantage import AdvantageConfig, ProgressColumns, step_credit
-from hgpo_train.episodes import Episode
-from hgpo_train.generation import PromptEncoder
-from hgpo_train.rollout import play_episodes, step_columns
+from hgpo_train.rollout.collect import play_episodes, step_columns
+from hgpo_train.rollout.episodes import Episode
+from hgpo_train.rollout.generation import PromptEncoder
+from hgpo_train.run import durable
 from integrations._framework import missing_framework
 from integrations.session import EnvSession
 
@@ -212,9 +212,7 @@ class HGPOTrainer(GRPOTrainer):
                 "HGPOTrainer does not implement vLLM importance-sampling correction yet: "
                 "set GRPOConfig(vllm_importance_sampling_correction=False)"
             )
-        self._encoder = PromptEncoder(
-            self.processing_class, self.env_kwargs.get("response_format", "think_action")
-        )
+        self._encoder = PromptEncoder(self.processing_class)
         self._pools: dict[tuple[int, int], GroupedEnvPool] = {}
         self._idle_prompt: list[int] = []
         self.last_episodes: list[Episode[StepSample]] = []

@@ -33,7 +33,7 @@ the first iteration at which the training success rate, averaged over five itera
 Every run is evaluated once, after its last update, on its env's panel (the first 64 tasks of the
 eval split, a manifest written to ``runs/budget/<env>.panel.json`` and checked by every
 evaluation) with 4 samples per task at temperature 1: pass@1 (the success rate), pass@2, pass@4.
-The table is :mod:`hgpo_train.compare` over those results files: mean ± sd over seeds and the
+The table is :mod:`hgpo_train.evaluation.compare` over those results files: mean ± sd over seeds and the
 paired difference against GRPO with a 95 % bootstrap interval. Runs live in
 ``runs/budget/<env>_<method>_seed<s>``; a finished run is not redone, a killed one resumes.
 """
@@ -50,9 +50,9 @@ from pathlib import Path
 import numpy as np
 from demo_curves import ROOT, train
 
-from hgpo_env.panel import build_panel
-from hgpo_train.compare import comparison_table, labels, load_result, markdown
+from hgpo_env.tools.panel import build_panel
 from hgpo_train.config import load_config
+from hgpo_train.evaluation.compare import comparison_table, labels, load_result, markdown
 
 METHODS = {  # method: its advantage.estimator and the overrides besides
     "grpo": ("grpo", []),

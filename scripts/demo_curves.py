@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout
 
 from hgpo_train.config import load_config
-from hgpo_train.tracking import read_metrics
+from hgpo_train.run.tracking import read_metrics
 
 
 def train(config: str, estimator: str, output_dir: str, overrides: list[str], backend: str = "local") -> Path:

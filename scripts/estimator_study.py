@@ -50,7 +50,7 @@ from demo_curves import ROOT, train
 
 from hgpo_env.envs.rooms import HELD_OUT_TASKS as HELD_OUT
 from hgpo_train.config import load_config
-from hgpo_train.tracking import read_metrics
+from hgpo_train.run.tracking import read_metrics
 
 CONFIG = "configs/rooms_demo.yaml"
 ITERATIONS = 50

@@ -11,7 +11,7 @@ Every arm gets the same budget (configs/corridor_memory.yaml): the same iteratio
 groups x rollouts, the same seeds, model, K and decoding (choice-constrained: a summary turn
 keeps one fact it was shown, a notes reply one note with its command). Only the memory differs.
 Each run is evaluated every 50 iterations (the table: after its last update, ``--iterations``)
-with 32 samples of each task at temperature 1; a longer budget continues the same runs. The table is :mod:`hgpo_train.compare` over those results files: mean ± sd over seeds and the
+with 32 samples of each task at temperature 1; a longer budget continues the same runs. The table is :mod:`hgpo_train.evaluation.compare` over those results files: mean ± sd over seeds and the
 paired difference against the window with a 95 % bootstrap interval. Runs live in
 ``runs/memory_study/<arm>_seed<s>``; a finished run is not redone, a killed one resumes.
 """
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from demo_curves import ROOT, train
 
-from hgpo_train.compare import comparison_table, labels, load_result, markdown
+from hgpo_train.evaluation.compare import comparison_table, labels, load_result, markdown
 
 CONFIG = "configs/corridor_memory.yaml"
 EVAL_EVERY, SAVE_EVERY = 50, 25
@@ -88,8 +88,8 @@ def probe(arm: str, seed: int, iterations: int, samples: int = 64) -> dict[str, 
     import torch
 
     from hgpo_train.config import load_config
-    from hgpo_train.constrained import reply_choices
-    from hgpo_train.policy import build_generator, load_run_policy
+    from hgpo_train.rollout.constrained import reply_choices
+    from hgpo_train.update.policy import build_generator, load_run_policy
 
     folder = results_file(arm, seed, iterations).parents[1]
     config = load_config(folder / "config.yaml")

@@ -114,7 +114,7 @@ def verifying_trainer(skip_sync_at: int | None = None) -> Any:
 
 def logprob_mismatch(run_dir: Path) -> list[float]:
     """The logged engine–policy gap (the worst engine's mean per token) before each update."""
-    from hgpo_train.tracking import read_metrics
+    from hgpo_train.run.tracking import read_metrics
 
     return [r["engine_gap/mean"] for r in read_metrics(run_dir / "metrics.jsonl") if "engine_gap/mean" in r]
 

@@ -134,7 +134,7 @@ def gpu_memory_peaks() -> Iterator[dict[int, int]]:
 
 
 def throughput(run_dir: Path, peak: dict[int, int]) -> dict[str, Any]:
-    from hgpo_train.tracking import read_metrics
+    from hgpo_train.run.tracking import read_metrics
 
     records = [r for r in read_metrics(run_dir / "metrics.jsonl") if "rollout/step_samples" in r]
     first, later = records[0], records[1:] or records[:1]
@@ -197,12 +197,14 @@ def run_config(args: argparse.Namespace, gpus: int, out: Path) -> list[str]:
 
 def check_resume(out: Path, overrides: list[str], iterations: int) -> dict[str, Any]:
     """Relaunch the plain backend for one more iteration; it must resume, not restart."""
-    from hgpo_train.tracking import read_metrics
+    from hgpo_train.run.tracking import read_metrics
 
     overrides = [o for o in overrides if not o.startswith("train.iterations=")] + [
         f"train.iterations={iterations + 1}"
     ]
-    proc = subprocess.run([sys.executable, "-m", "hgpo_train.openrlhf", *overrides], cwd=REPO, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "hgpo_train", "--backend", "openrlhf", *overrides], cwd=REPO, check=False
+    )
     logged = [r["iteration"] for r in read_metrics(out / "metrics.jsonl")]
     return {
         "ok": proc.returncode == 0 and logged == list(range(1, iterations + 2)),
@@ -242,11 +244,13 @@ def check_async(overrides: list[str], gpus: int, out: Path, gap_warning: float) 
     """Run :func:`async_runs` one after the other; the async run's verdict and both runs' throughput."""
     from async_throughput import run_shares
 
-    from hgpo_train.tracking import read_metrics
+    from hgpo_train.run.tracking import read_metrics
 
     result: dict[str, Any] = {}
     for mode, run in async_runs(overrides, gpus, out).items():
-        proc = subprocess.run([sys.executable, "-m", "hgpo_train.openrlhf", *run], cwd=REPO, check=False)
+        proc = subprocess.run(
+            [sys.executable, "-m", "hgpo_train", "--backend", "openrlhf", *run], cwd=REPO, check=False
+        )
         if proc.returncode != 0:
             return {"ok": False, "failed_run": mode, "returncode": proc.returncode}
         records = [r for r in read_metrics(out / mode / "metrics.jsonl") if "rollout/step_samples" in r]

@@ -16,7 +16,7 @@ from typing import Any
 import gymnasium as gym
 
 from hgpo_env import make_agent_env
-from hgpo_env.core import TextEnv
+from hgpo_env.textenv.core import TextEnv
 
 COMMANDS = ["tick", "finish", "raise", "hang", "crash", "exit", "unpicklable"]
 

@@ -21,7 +21,7 @@ from hgpo_train.advantage import (
     mvpo_advantages,
     step_returns,
 )
-from hgpo_train.batch import StepBatch
+from hgpo_train.rollout.batch import StepBatch
 
 
 def reference_advantages(

@@ -102,3 +102,9 @@ def running_server(
                 except subprocess.TimeoutExpired:
                     process.kill()
                     process.wait(5)
+
+
+def rooms_served(*args: str) -> Iterator[str]:
+    """A module fixture's body: the URL of a Rooms server (K = 2) run with ``args``, stopped after."""
+    with running_server("HGPO-Rooms-v0", "history_length=2", *args) as (url, _):
+        yield url

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hgpo_env.actions import parse_response
+from hgpo_env.prompting.actions import parse_response
 
 ACCEPTED = [
     ("<think>go</think><action>go north</action>", "go north"),

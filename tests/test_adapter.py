@@ -15,8 +15,8 @@ from byo_envs import SPEC, Dial, Lottery
 
 import hgpo_env
 from hgpo_env import TextAdapter, TextEnvSpec, make_agent_env
-from hgpo_env.check import check_env_health
-from hgpo_env.info import AGENT_KEYS, ENV_KEYS, RESET_KEYS
+from hgpo_env.contract.info import AGENT_KEYS, ENV_KEYS, RESET_KEYS
+from hgpo_env.tools.check import check_env_health
 
 HERE = Path(__file__).parent
 
@@ -278,10 +278,10 @@ def test_the_docs_example_runs_as_written():
 def test_the_registration_tells_what_an_id_builds_with_by_default():
     """What ``python -m hgpo_env serve`` compares a client's arguments with: asked of the
     registration, not read out of gymnasium's entry points."""
-    from hgpo_env.registration import env_defaults
+    from hgpo_env.textenv.registration import env_defaults
 
     dial = env_defaults("byo_envs:TestDial-v0")
-    assert dial["history_length"] == hgpo_env.memory.DEFAULT_HISTORY_LENGTH  # the wrappers'
+    assert dial["history_length"] == hgpo_env.prompting.memory.DEFAULT_HISTORY_LENGTH  # the wrappers'
     assert (
         dial["max_steps"] == inspect.signature(TextAdapter).parameters["max_steps"].default
     )  # the adapter's

@@ -546,7 +546,7 @@ def test_torch_tensors_are_accepted():
 
 
 def test_package_import_does_not_import_torch():
-    code = "import sys, hgpo_train.advantage, hgpo_train.diagnostics; assert 'torch' not in sys.modules"
+    code = "import sys, hgpo_train.advantage, hgpo_train.run.diagnostics; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -1,4 +1,4 @@
-"""Per-episode agent loops (``generation.agent_loop: per_episode``, :mod:`hgpo_train.agent_loop`).
+"""Per-episode agent loops (``generation.agent_loop: per_episode``, :mod:`hgpo_train.rollout.agent_loop`).
 
 The generator here stands in for greedy decoding: its response is a function of the prompt
 alone (a hash of it picks one of the commands it lists, or one no env admits), and each call sleeps,
@@ -20,10 +20,10 @@ import pytest
 from test_train_e2e import ROOMS, _one_iteration_checks, _trainer
 
 from hgpo_train.advantage import AdvantageConfig, step_credit
-from hgpo_train.agent_loop import MicroBatcher
 from hgpo_train.config import EnvConfig
-from hgpo_train.generation import Generation
-from hgpo_train.rollout import collect_rollouts, make_pool
+from hgpo_train.rollout.agent_loop import MicroBatcher
+from hgpo_train.rollout.collect import collect_rollouts, make_pool
+from hgpo_train.rollout.generation import Generation
 
 ROOMS_ENV = EnvConfig(
     name="rooms",

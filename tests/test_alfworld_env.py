@@ -17,13 +17,13 @@ import fast_downward
 import gymnasium
 
 import hgpo_env  # noqa: F401 (registers the ids)
+from hgpo_env.contract.info import RESET_KEYS
 from hgpo_env.envs.alfworld import TASK_TYPES, ALFWorldEnv, evaluation_task_ids
 from hgpo_env.envs.alfworld import env as env_module
 from hgpo_env.envs.alfworld.compiled import CompileCache, GameSource
 from hgpo_env.envs.alfworld.engine import Engine
 from hgpo_env.envs.alfworld.games import read_game
 from hgpo_env.envs.alfworld.reference import ReferenceEnv
-from hgpo_env.info import RESET_KEYS
 
 VALID_SEEN_GAMES = 140
 

@@ -13,7 +13,7 @@ import pytest
 import hgpo_env
 from hgpo_env import TextEnvSpec
 from hgpo_env.__main__ import main
-from hgpo_env.audit import AuditError, audit_env
+from hgpo_env.tools.audit import AuditError, audit_env
 
 ROOMS = {"lock_probability": 0.0}
 

@@ -60,7 +60,7 @@ def test_a_typo_in_env_kwargs_says_what_was_meant(tmp_path):
 
 
 def test_eval_of_a_run_folder_that_does_not_exist():
-    line = one_line(run("-m", "hgpo_train.eval", "--run", "/nonexistent"))
+    line = one_line(run("-m", "hgpo_train", "eval", "--run", "/nonexistent"))
     assert line == "error: --run /nonexistent: not a training run folder (no config.yaml)"
 
 
@@ -100,7 +100,7 @@ def test_canonical_text_names_a_wrong_type(value):
 
 
 def test_verl_agent_prompts_stay_encodable_and_bounded():
-    from hgpo_env.protocol import MAX_SENT_CHARS
+    from hgpo_env.contract.protocol import MAX_SENT_CHARS
 
     env = gym.make("HGPO-WebShop-v0", protocol="verl-agent", history_length=2)
     env.reset(seed=0)

@@ -1,4 +1,4 @@
-"""python -m hgpo_train.compare: the table of methods over training runs, on one panel."""
+"""python -m hgpo_train compare: the table of methods over training runs, on one panel."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from hgpo_train.compare import bootstrap_interval, main
+from hgpo_train.evaluation.compare import bootstrap_interval, main
 
 SETTINGS = {"seeds": [123, 456, 789], "temperature": 0.4, "passes": 4, "constrained": False}
 
@@ -106,7 +106,7 @@ def test_a_nested_estimator_setting_names_its_row(tmp_path, capsys):
     """CRBC's settings are a section of their own (advantage.crbc): a results file records them as
     dotted keys, so CRBC at depth 0 and at the closure are two rows named by the one that differs."""
     from hgpo_train.config import load_config
-    from hgpo_train.eval import EpisodeResult, EvalResult, results_json
+    from hgpo_train.evaluation.evaluate import EpisodeResult, EvalResult, results_json
 
     files = []
     for depth, success in (("inf", 0.6), (0, 0.5)):
@@ -130,7 +130,7 @@ def test_asynchronous_runs_are_a_row_of_their_own_against_the_synchronous_ones(t
     """``train.async_staleness`` is recorded with the method's settings: the async runs of HGPO get
     a row beside the sync ones, and the paired difference per training seed against them."""
     from hgpo_train.config import load_config
-    from hgpo_train.eval import EpisodeResult, EvalResult, results_json
+    from hgpo_train.evaluation.evaluate import EpisodeResult, EvalResult, results_json
 
     files = []
     for staleness, success in ((0, 0.5), (1, 0.75)):

@@ -18,7 +18,7 @@ from typing import ClassVar
 
 import pytest
 
-from hgpo_env.data import check_archive, data_home, download, safe_extract
+from hgpo_env.textenv.data import check_archive, data_home, download, safe_extract
 
 PAYLOAD = bytes(range(256)) * 4096  # 1 MiB
 PAYLOAD_SHA = hashlib.sha256(PAYLOAD).hexdigest()

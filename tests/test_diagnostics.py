@@ -1,4 +1,4 @@
-"""hgpo_train.diagnostics on hand-built batches with known answers."""
+"""hgpo_train.run.diagnostics on hand-built batches with known answers."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from hgpo_train.advantage import AdvantageConfig, step_returns
-from hgpo_train.batch import Episodes, StepBatch
-from hgpo_train.diagnostics import (
+from hgpo_train.rollout.batch import Episodes, StepBatch
+from hgpo_train.run.diagnostics import (
     SIZE_BINS,
     credit_metrics,
     grouping_diagnostics,
@@ -154,7 +154,7 @@ def aliased_batch() -> StepBatch:
 
 
 def test_the_logs_say_whether_the_keys_see_the_state_and_warn_once(capsys, monkeypatch):
-    monkeypatch.setattr("hgpo_train.diagnostics._warned", set())
+    monkeypatch.setattr("hgpo_train.run.diagnostics._warned", set())
     batch = aliased_batch()
     for estimator in ("hgpo", "gigpo", "gigpo", "crbc"):
         config = AdvantageConfig(estimator=estimator)

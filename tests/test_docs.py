@@ -168,9 +168,10 @@ def test_shell_command_names_what_exists(where: str, argv: list[str]):
         return
     if not argv or Path(argv[0]).name != "python":  # python, or a virtual environment's
         return
-    if argv[1:3] == ["-m", "hgpo_train"]:
-        from hgpo_train.cli import main
+    from hgpo_train.cli import TOOLS, main
 
+    tool = argv[3] if len(argv) > 3 and argv[1:3] == ["-m", "hgpo_train"] else None
+    if argv[1:3] == ["-m", "hgpo_train"] and tool not in TOOLS:  # a training run
         assert main([*argv[3:], "--print-config"]) == 0, where
         return
     if argv[1] != "-m" and not argv[1].startswith("-"):

@@ -12,7 +12,7 @@ import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hgpo_env.fingerprint import MISSING, Fingerprinter, canonical_text
+from hgpo_env.contract.fingerprint import MISSING, Fingerprinter, canonical_text
 
 # A fixed episode: (state text, parsed action taken in that state).
 EPISODE = [
@@ -173,7 +173,7 @@ def test_bad_arguments():
 
 def test_stable_across_processes():
     code = (
-        "from hgpo_env.fingerprint import Fingerprinter as F\n"
+        "from hgpo_env.contract.fingerprint import Fingerprinter as F\n"
         "f = F('rooms')\n"
         "print(f.levels(f.state('s'), [f.record(f.state('p'), 'go')], 3))"
     )

@@ -10,7 +10,7 @@ import gymnasium as gym
 import pytest
 
 import hgpo_env
-from hgpo_env.check import check_env_health
+from hgpo_env.tools.check import check_env_health
 
 gem = pytest.importorskip("gem")
 

@@ -24,8 +24,8 @@ import yaml
 from safetensors.torch import load_file
 
 from hgpo_train.config import load_config
-from hgpo_train.tracking import STAGED, read_metrics
-from hgpo_train.train import Trainer
+from hgpo_train.local.train import Trainer
+from hgpo_train.run.tracking import STAGED, read_metrics
 
 REPO_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -109,8 +109,8 @@ def test_the_rayjob_manifest_stops_the_driver_before_its_pods_go() -> None:
     for pod in pods(job):
         for container in pod["containers"]:
             hook = container["lifecycle"]["preStop"]["exec"]["command"]
-            assert hook[:4] == ["python", "-m", "hgpo_train.stopping", run_dir], hook
-            assert hook[4] == "--wait" and 0 < float(hook[5]) < pod["terminationGracePeriodSeconds"]
+            assert hook[:5] == ["python", "-m", "hgpo_train", "stop", run_dir], hook
+            assert hook[5] == "--wait" and 0 < float(hook[6]) < pod["terminationGracePeriodSeconds"]
     head = pods(job)[0]["containers"][0]
     env = {e["name"]: e["value"] for e in head["env"]}
     stop_wait = float(env["RAY_JOB_STOP_WAIT_TIME_S"])  # SIGTERM -> SIGKILL of `ray job stop`

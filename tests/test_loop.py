@@ -1,4 +1,4 @@
-"""The shared run schedule (``hgpo_train.loop.run_iterations``) and its record, with a backend that
+"""The shared run schedule (``hgpo_train.run.loop.run_iterations``) and its record, with a backend that
 only counts what it is asked to do: each iteration's metrics are on disk before its checkpoint
 starts, and a resume writes the line a kill or a stop kept out of ``metrics.jsonl``, evaluating
 again when one was due. The whole trainer killed for real is ``test_kill_anywhere.py``."""
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from hgpo_train.config import LoggingConfig
-from hgpo_train.loop import run_iterations
-from hgpo_train.stopping import StopRequested
-from hgpo_train.tracking import MetricsLogger, read_metrics
+from hgpo_train.run.loop import run_iterations
+from hgpo_train.run.stopping import StopRequested
+from hgpo_train.run.tracking import MetricsLogger, read_metrics
 
 ITERATIONS, EVAL_EVERY = 4, 2
 

@@ -6,8 +6,8 @@ import gymnasium as gym
 import pytest
 
 import hgpo_env  # noqa: F401  (registers the ids)
-from hgpo_env.fingerprint import MISSING, Fingerprinter
-from hgpo_env.info import RESET_KEYS, STEP_KEYS
+from hgpo_env.contract.fingerprint import MISSING, Fingerprinter
+from hgpo_env.contract.info import RESET_KEYS, STEP_KEYS
 
 TASK = {"task_id": 10_007}
 

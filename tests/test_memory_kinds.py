@@ -12,10 +12,10 @@ import gymnasium as gym
 import pytest
 
 import hgpo_env  # noqa: F401  (registers the ids)
-from hgpo_env.compaction import SummaryRequest
-from hgpo_env.fingerprint import MISSING, Fingerprinter
-from hgpo_env.info import RESET_KEYS, STEP_KEYS
-from hgpo_env.memory import PromptTemplate
+from hgpo_env.contract.fingerprint import MISSING, Fingerprinter
+from hgpo_env.contract.info import RESET_KEYS, STEP_KEYS
+from hgpo_env.prompting.compaction import SummaryRequest
+from hgpo_env.prompting.memory import PromptTemplate
 
 WINDOW_DIGESTS = Path(__file__).parent / "data" / "window_prompts.json"
 TASK = {"task_id": 10_007}
@@ -365,7 +365,7 @@ def test_bad_memory_arguments_are_one_line(kwargs, message):
 
 
 def test_a_notes_template_must_ask_for_the_tag():
-    from hgpo_env.notes import NotesMemory
+    from hgpo_env.prompting.notes import NotesMemory
 
     env = gym.make("HGPO-Rooms-v0").env  # the parsed env under the memory wrapper
     with pytest.raises(ValueError, match="reads the notes from <notes> tags, which the template's"):
@@ -457,7 +457,7 @@ def test_with_keys_in_hand_the_vault_is_the_only_choice(task_id):
 def test_the_audit_finds_the_window_forgetting_and_faithful_memories_sound():
     """At K = 2 the window's keys at the vault alias (which key was taken is out of the window);
     notes and a compaction whose summary keeps the facts shown tell the histories apart."""
-    from hgpo_env.audit import audit_env
+    from hgpo_env.tools.audit import audit_env
 
     def audit(**memory):
         return audit_env("HGPO-Corridor-v0", memory, episodes=48, group_size=8, history_length=2)
@@ -466,3 +466,24 @@ def test_the_audit_finds_the_window_forgetting_and_faithful_memories_sound():
     assert not window.levels[2].sound and "no level up to K = 2 tells them apart" in window.verdict
     assert audit(memory="notes").levels[1].sound
     assert audit(memory="compaction", compact_every=2).levels[2].sound
+
+
+def test_the_memory_options_travel_as_one_checked_value():
+    """``MemoryOptions`` is what the config, make_agent_env, the pool and the server pass on: taken
+    out of a make call's arguments, given back as only the options set, refused when inconsistent."""
+    from hgpo_env import MemoryOptions
+
+    kwargs = {"memory": "compaction", "compact_every": 3, "max_steps": 9}
+    options = MemoryOptions.pop_from(kwargs)
+    assert kwargs == {"max_steps": 9}
+    assert options == MemoryOptions("compaction", compact_every=3)
+    assert options.as_kwargs() == {"memory": "compaction", "compact_every": 3}
+    assert MemoryOptions().as_kwargs() == {}  # a window run's arguments are what old servers take
+    with pytest.raises(
+        ValueError, match="compact_every is an option of memory='compaction', not of memory='notes'"
+    ):
+        MemoryOptions("notes", compact_every=2)
+    with pytest.raises(ValueError, match="needs compact_every or compact_at_tokens"):
+        MemoryOptions("compaction")
+    with pytest.raises(ValueError, match="memory must be one of"):
+        MemoryOptions("scratchpad")

@@ -12,7 +12,7 @@ from reference_credit import batch_reference_advantages
 from test_train_e2e import ROOMS
 
 from hgpo_train.config import load_config
-from hgpo_train.train import Trainer
+from hgpo_train.local.train import Trainer
 
 COMPACTION = [
     "env.memory=compaction",

@@ -1,4 +1,4 @@
-"""Milestones in ``info`` (:mod:`hgpo_env.milestones`): what each env reports, checked against what
+"""Milestones in ``info`` (:mod:`hgpo_env.contract.milestones`): what each env reports, checked against what
 its own commands did (the walkthrough's, the expert's), not against recorded output."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from byo_envs import SPEC, Dial
 
 from hgpo_env import TextAdapter
-from hgpo_env.audit import audit_env
-from hgpo_env.milestones import MILESTONES_KEY, SIGNATURE_KEY
+from hgpo_env.contract.milestones import MILESTONES_KEY, SIGNATURE_KEY
+from hgpo_env.tools.audit import audit_env
 
 
 def flags_of(info: dict) -> dict[str, int]:

@@ -25,11 +25,11 @@ from reference_credit import batch_reference_advantages
 from test_train_e2e import assert_estimator_matters
 
 from hgpo_train.advantage import ESTIMATORS, AdvantageConfig, ProgressColumns
-from hgpo_train.batch import Episodes, StepBatch
 from hgpo_train.cli import main
 from hgpo_train.config import ConfigError
 from hgpo_train.openrlhf.padding import pad_multiple, padded_size, padding_sources
 from hgpo_train.openrlhf.stubs import stubbed_gpu_packages
+from hgpo_train.rollout.batch import Episodes, StepBatch
 
 with stubbed_gpu_packages():
     from openrlhf.trainer.ppo_utils.experience import Experience

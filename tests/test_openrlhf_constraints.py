@@ -8,10 +8,10 @@ import pytest
 import torch
 from test_train_loss import step_batch
 
-from hgpo_train.batch import StepBatch
-from hgpo_train.constrained import allowed_tokens
-from hgpo_train.loss import token_logprobs
 from hgpo_train.openrlhf.constraints import constraint_table, masked_logits, sequence_key
+from hgpo_train.rollout.batch import StepBatch
+from hgpo_train.rollout.constrained import allowed_tokens
+from hgpo_train.update.loss import token_logprobs
 
 END, VOCAB = 9, 12
 CHOICES = ((3, 4), (3, 5, 6), (7,))

@@ -34,16 +34,16 @@ from test_train_e2e import assert_estimator_matters
 
 from hgpo_train.config import OpenRLHFConfig, load_config
 from hgpo_train.openrlhf.stubs import stubbed_gpu_packages
-from hgpo_train.rollout import collect_rollouts, count_tasks, make_pool
+from hgpo_train.rollout.collect import collect_rollouts, count_tasks, make_pool
 
 with stubbed_gpu_packages():
     from test_openrlhf import assert_experience_advantages, make_maker
 
-    from hgpo_train.generation import PromptTooLongError
     from hgpo_train.openrlhf.engines import EngineGenerator
     from hgpo_train.openrlhf.samples import step_experiences
     from hgpo_train.openrlhf.trainer import EngineLock, HGPOTrainer, trainer_actor
-    from hgpo_train.overlap import EngineWeights
+    from hgpo_train.rollout.generation import PromptTooLongError
+    from hgpo_train.rollout.overlap import EngineWeights
 
 IM_END, EOS = 256, 257
 RESPONSES = [
@@ -171,7 +171,6 @@ def engine_generator(
         engines,
         ByteTokenizer(),
         config.generation,
-        config.env.response_format,
         max_len,
         make_params=dict,
         record_logprobs=record_logprobs,
@@ -362,7 +361,7 @@ def recording_trainer(config: Any, resume_from: int) -> RecordingTrainer:
 
 
 def test_controller_loop_logs_saves_and_resumes(cluster: None, config: Any) -> None:
-    from hgpo_train.tracking import read_metrics
+    from hgpo_train.run.tracking import read_metrics
 
     trainer = recording_trainer(config, resume_from=0)
     trainer.fit()
@@ -390,7 +389,7 @@ def test_an_asynchronous_controller_samples_the_next_rollout_during_the_update(
     """``train.async_staleness: 1``: iteration i+1's rollout starts while update i runs, under the
     engines' weights of version i (the sync waits for it on OpenRLHF's VLLMLock), so its steps are
     exactly one version stale; the first rollout is fresh. Same tasks, whole groups."""
-    from hgpo_train.tracking import read_metrics
+    from hgpo_train.run.tracking import read_metrics
 
     train = config.train.model_copy(update={"async_staleness": 1, "iterations": 3})
     config = config.model_copy(update={"train": train})

@@ -1,4 +1,4 @@
-"""Task panels (hgpo_env.panel) and the metrics evaluation reports on them (pass@k)."""
+"""Task panels (hgpo_env.tools.panel) and the metrics evaluation reports on them (pass@k)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from hgpo_env.panel import SHIPPED, Panel, PanelError, build_panel, panel_from_episodes
-from hgpo_train.eval import EpisodeResult, EvalResult, pass_at_k
+from hgpo_env.tools.panel import SHIPPED, Panel, PanelError, build_panel, panel_from_episodes
+from hgpo_train.evaluation.evaluate import EpisodeResult, EvalResult, pass_at_k
 
 
 def rooms_panel(**kwargs) -> Panel:

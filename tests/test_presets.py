@@ -13,7 +13,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import hgpo_env  # noqa: F401  (registers the ids)
-from hgpo_env.check import check_env_health
+from hgpo_env.tools.check import check_env_health
 
 
 @pytest.fixture(scope="module")

@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 
 import hgpo_env  # noqa: F401
-from hgpo_env.actions import project_verl_agent
 from hgpo_env.envs.webshop import shuffled_goals
 from hgpo_env.envs.webshop.site import Page
+from hgpo_env.prompting.actions import project_verl_agent
 from hgpo_train.advantage import step_returns
 from hgpo_train.config import load_config
-from hgpo_train.eval import Evaluator
-from hgpo_train.loop import draw_group_tasks
+from hgpo_train.evaluation.evaluate import Evaluator
+from hgpo_train.run.loop import draw_group_tasks
 
 THINK = "<think>I should look around.</think>"
 
@@ -217,7 +217,7 @@ def test_a_missing_extra_is_named_in_one_line(blocked, env_id, extra):
     )
     last = result.stderr.strip().splitlines()[-1]
     assert result.returncode != 0 and last.startswith(
-        "hgpo_env.registration.MissingExtraError"
+        "hgpo_env.textenv.registration.MissingExtraError"
     )  # a ModuleNotFoundError
     assert f'pip install -e ".[{extra}]"' in last
 

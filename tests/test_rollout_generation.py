@@ -21,9 +21,10 @@ from test_train_loss import step_batch
 
 import hgpo_env
 from hgpo_env.envs.webshop import SEARCH_PLACEHOLDER
-from hgpo_env.memory import action_reply
+from hgpo_env.prompting.memory import action_reply
 from hgpo_train.config import EnvConfig, GenerationConfig, ModelConfig, TinyModelConfig
-from hgpo_train.constrained import (
+from hgpo_train.rollout.collect import collect_rollouts, make_pool
+from hgpo_train.rollout.constrained import (
     CHOICES_KEY,
     AllowedSet,
     ChoiceLogitsProcessor,
@@ -37,17 +38,16 @@ from hgpo_train.constrained import (
     slot_vocabulary,
     split_slot,
 )
-from hgpo_train.generation import (
+from hgpo_train.rollout.generation import (
     CHOICES_PROCESSOR,
     HFGenerator,
     VLLMGenerator,
     merged_state_dict,
     vllm_requests,
 )
-from hgpo_train.modeling import load_policy, load_tokenizer
-from hgpo_train.rollout import collect_rollouts, make_pool
-from hgpo_train.tiny_model import build_tiny_model
-from hgpo_train.update import make_micro_batch
+from hgpo_train.update.modeling import load_policy, load_tokenizer
+from hgpo_train.update.ppo import make_micro_batch
+from hgpo_train.update.tiny_model import build_tiny_model
 
 ROOMS = {"min_rooms": 2, "max_rooms": 4, "max_distractors": 2, "lock_probability": 0.5}
 
@@ -176,9 +176,7 @@ def test_constrained_decoding_always_yields_admissible_actions(tiny, response_fo
     model, tokenizer, _ = tiny
     prompts, admissible = _prompts(response_format, 12)
     torch.manual_seed(0)
-    generator = HFGenerator(
-        model, tokenizer, GenerationConfig(max_new_tokens=64, batch_size=5), response_format
-    )
+    generator = HFGenerator(model, tokenizer, GenerationConfig(max_new_tokens=64, batch_size=5))
     for temperature in (3.0, 0.0):  # near-uniform sampling, and greedy
         for generation, replies in zip(generator.generate(prompts, admissible, temperature), admissible):
             assert generation.text in replies
@@ -192,7 +190,7 @@ def test_constrained_decoding_always_yields_admissible_actions(tiny, response_fo
 def test_unconstrained_generation_keeps_token_ids_and_prompts(tiny):
     model, tokenizer, _ = tiny
     prompts, _ = _prompts("plain", 4)
-    generator = HFGenerator(model, tokenizer, GenerationConfig(max_new_tokens=5), "plain")
+    generator = HFGenerator(model, tokenizer, GenerationConfig(max_new_tokens=5))
     for prompt, generation in zip(prompts, generator.generate(prompts)):
         assert generation.choices is None and 1 <= len(generation.response_ids) <= 5
         assert generation.prompt_ids == generator.encoder.prompt_ids(prompt)
@@ -206,7 +204,7 @@ def test_rollout_records_one_row_per_step_with_the_prompts_fingerprints(tiny):
     env = EnvConfig(
         name="rooms", response_format="plain", max_steps=5, num_workers=1, history_length=2, kwargs=ROOMS
     )
-    generator = HFGenerator(model, tokenizer, GenerationConfig(max_new_tokens=16), "plain")
+    generator = HFGenerator(model, tokenizer, GenerationConfig(max_new_tokens=16))
     pool = make_pool(env, 2, 3, seed=0)
     try:
         torch.manual_seed(0)
@@ -299,9 +297,7 @@ def test_constrained_search_writes_a_query_that_webshop_accepts(
     prompt, info = env.reset(options={"task_id": 0})
     assert info["admissible_actions"] == [SEARCH_PLACEHOLDER]
     config = GenerationConfig(max_new_tokens=24, batch_size=16)
-    generator = HFGenerator(
-        _closing_biased(model, slot_vocabulary(tokenizer).closing), tokenizer, config, response_format
-    )
+    generator = HFGenerator(_closing_biased(model, slot_vocabulary(tokenizer).closing), tokenizer, config)
     end_id = generator.encoder.end_id
     admissible = [[action_reply(c, response_format) for c in WEBSHOP_SEARCH_PAGE[i % 2]] for i in range(16)]
     sampled = _recorded_sampler_masks(monkeypatch)
@@ -339,7 +335,7 @@ def test_constrained_search_writes_a_query_that_webshop_accepts(
 def test_a_slot_that_never_closes_is_cut_at_max_new_tokens(tiny):
     model, tokenizer, _ = tiny
     never_closes = _closing_biased(model, slot_vocabulary(tokenizer).closing, bias=-100.0)
-    generator = HFGenerator(never_closes, tokenizer, GenerationConfig(max_new_tokens=12), "plain")
+    generator = HFGenerator(never_closes, tokenizer, GenerationConfig(max_new_tokens=12))
     torch.manual_seed(0)
     for generation in generator.generate(["find red shoes"] * 3, [[SEARCH_PLACEHOLDER]] * 3):
         assert len(generation.response_ids) == 12 and generation.response_ids[-1] != generator.encoder.end_id
@@ -415,7 +411,7 @@ def fake_vllm(monkeypatch):
 def test_vllm_generator_glue_with_a_stub_module(tiny, fake_vllm):
     model, tokenizer, path = tiny
     config = GenerationConfig(backend="vllm", max_new_tokens=7, vllm_gpu_memory_utilization=0.3)
-    generator = VLLMGenerator(str(path), tokenizer, config, "plain", seed=3, dtype="bfloat16")
+    generator = VLLMGenerator(str(path), tokenizer, config, seed=3, dtype="bfloat16")
     llm = _FakeLLM.instances[-1]
     llm.tokenizer = tokenizer
     assert (
@@ -442,7 +438,7 @@ def _sampling(generator, commands):
 
 def test_vllm_constrains_a_slot_with_a_regex_and_checks_replies_on_the_trie(tiny, fake_vllm, monkeypatch):
     _, tokenizer, path = tiny
-    generator = VLLMGenerator(str(path), tokenizer, GenerationConfig(backend="vllm"), "plain")
+    generator = VLLMGenerator(str(path), tokenizer, GenerationConfig(backend="vllm"))
     llm = _FakeLLM.instances[-1]
     llm.tokenizer = tokenizer
     commands = [SEARCH_PLACEHOLDER, "click[< prev]"]
@@ -470,13 +466,13 @@ def test_vllm_constrains_a_slot_with_a_regex_and_checks_replies_on_the_trie(tiny
 def test_vllm_missing_gives_an_actionable_error(monkeypatch, tiny):
     monkeypatch.setitem(sys.modules, "vllm", None)  # import fails
     with pytest.raises(ImportError, match="needs vLLM: pip install vllm .* scripts/setup_openrlhf_cpu.sh"):
-        VLLMGenerator("x", tiny[1], GenerationConfig(backend="vllm"), "plain")
+        VLLMGenerator("x", tiny[1], GenerationConfig(backend="vllm"))
 
 
 def test_vllm_without_its_device_names_the_cpu_build(tiny, fake_vllm):
     fake_vllm.platforms.current_platform.device_type = ""  # vLLM's UnspecifiedPlatform
     with pytest.raises(RuntimeError, match="vLLM's CPU build: bash scripts/setup_openrlhf_cpu.sh"):
-        VLLMGenerator("x", tiny[1], GenerationConfig(backend="vllm"), "plain")
+        VLLMGenerator("x", tiny[1], GenerationConfig(backend="vllm"))
 
 
 def test_merged_state_dict_of_a_lora_model_has_base_names(tiny):
@@ -504,7 +500,7 @@ def test_progress_lines_are_throttled(monkeypatch):
     """Runs without a progress bar (the OpenRLHF trainer actor) get a line at most every ``every`` s."""
     import io
 
-    from hgpo_train import rollout
+    from hgpo_train.rollout import collect as rollout
 
     clock = iter([0.0, 1.0, 10.5, 11.0, 25.0])
     monkeypatch.setattr(rollout.time, "monotonic", lambda: next(clock))
@@ -522,19 +518,17 @@ def test_progress_lines_are_throttled(monkeypatch):
 def test_every_vllm_generation_starts_alike(tiny):
     """In process or on OpenRLHF's engines: prompts encoded once, the same stop tokens (end of turn
     and EOS) as HF generation, the response budget shrunk to fit ``max_len``, and no room refused."""
-    from hgpo_train.generation import PromptEncoder, PromptTooLongError
+    from hgpo_train.rollout.generation import PromptEncoder, PromptTooLongError
 
     _, tokenizer, _ = tiny
-    encoder = PromptEncoder(tokenizer, "plain")
+    encoder = PromptEncoder(tokenizer)
     config = GenerationConfig(max_new_tokens=16, top_p=0.9)
     prompts, admissible = _prompts("plain", 2)
     first, second = vllm_requests(encoder, config, prompts, admissible, None)
     assert second.replies == admissible[1] and second.prompt_ids == encoder.prompt_ids(prompts[1])
     assert first.prompt_ids == encoder.prompt_ids(prompts[0])
     assert (
-        first.sampling["stop_token_ids"]
-        == encoder.end_ids
-        == HFGenerator(tiny[0], tokenizer, config, "plain").end_ids
+        first.sampling["stop_token_ids"] == encoder.end_ids == HFGenerator(tiny[0], tokenizer, config).end_ids
     )
     assert (first.sampling["temperature"], first.sampling["top_p"], first.sampling["max_tokens"]) == (
         1.0,

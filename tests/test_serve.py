@@ -12,12 +12,12 @@ import time
 import gymnasium as gym
 import pytest
 from openenv.core import GenericEnvClient
-from serve_helpers import free_port, running_server, ws_request
+from serve_helpers import free_port, rooms_served, running_server, ws_request
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 import hgpo_env  # noqa: F401  (registers the ids)
-from hgpo_env.milestones import MILESTONES_KEY, SIGNATURE_KEY
+from hgpo_env.contract.milestones import MILESTONES_KEY, SIGNATURE_KEY
 from hgpo_env.serve.client import HGPOEnvClient, RemoteEnv
 from hgpo_env.serve.wire import HGPOAction
 from hgpo_env.vector import GroupedEnvPool, PoolError
@@ -25,10 +25,7 @@ from hgpo_env.vector import GroupedEnvPool, PoolError
 
 @pytest.fixture(scope="module")
 def rooms_server():
-    with running_server(
-        "HGPO-Rooms-v0", "history_length=2", "--max-sessions", "80", "--allow", "max_steps=1..100"
-    ) as (url, _):
-        yield url
+    yield from rooms_served("--max-sessions", "80", "--allow", "max_steps=1..100")
 
 
 def expert_episode(env, task_id, seed=3):

@@ -10,7 +10,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from serve_helpers import running_server, ws_request
+from serve_helpers import rooms_served, running_server, ws_request
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
@@ -21,10 +21,7 @@ from hgpo_env.serve.wire import HGPOAction
 
 @pytest.fixture(scope="module")
 def rooms():
-    with running_server(
-        "HGPO-Rooms-v0", "history_length=2", "--allow", "max_steps=1..50", "--max-sessions", "3"
-    ) as (url, _):
-        yield url
+    yield from rooms_served("--allow", "max_steps=1..50", "--max-sessions", "3")
 
 
 def test_clients_choose_the_task_not_the_operators_arguments(rooms):

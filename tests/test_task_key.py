@@ -15,7 +15,7 @@ import pytest
 import xxhash
 
 import hgpo_env
-from hgpo_env.fingerprint import task_key
+from hgpo_env.contract.fingerprint import task_key
 from hgpo_env.vector import GroupedEnvPool, GroupMismatchError
 
 HERE = Path(__file__).parent
@@ -142,7 +142,7 @@ def test_a_dropped_seed_changes_the_default_key():
 
 
 def test_the_check_plays_the_wrapped_envs_expert_and_flags_seed_blind_tasks():
-    from hgpo_env.check import check_env_health
+    from hgpo_env.tools.check import check_env_health
 
     keyed = check_env_health("TestLockbox-v0", {"max_steps": 12}, groups=3, group_size=2)
     assert keyed.ok and not keyed.warnings, keyed.format()

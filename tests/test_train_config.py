@@ -12,8 +12,8 @@ import yaml
 
 from hgpo_train.cli import build_parser, main
 from hgpo_train.config import Config, ConfigError, load_config
-from hgpo_train.config_keys import describe_options
-from hgpo_train.resume import config_changes
+from hgpo_train.config.keys import describe_options
+from hgpo_train.run.resume import config_changes
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(

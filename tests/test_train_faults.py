@@ -23,19 +23,19 @@ import pytest
 import yaml
 
 from hgpo_env.vector import GroupMismatchError, PoolError
-from hgpo_train.checkpoint import (
+from hgpo_train.cli import main
+from hgpo_train.config import ConfigError, load_config
+from hgpo_train.local.train import Trainer
+from hgpo_train.run.checkpoint import (
     CheckpointError,
     kept_iterations,
     list_checkpoints,
     load_training_state,
     save_checkpoint,
 )
-from hgpo_train.cli import main
-from hgpo_train.config import ConfigError, load_config
-from hgpo_train.provenance import RUN_INFO, config_hash
-from hgpo_train.stopping import StopRequested, request_stop
-from hgpo_train.tracking import read_metrics
-from hgpo_train.train import Trainer
+from hgpo_train.run.provenance import RUN_INFO, config_hash
+from hgpo_train.run.stopping import StopRequested, request_stop
+from hgpo_train.run.tracking import read_metrics
 
 REPO_DIR = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -128,7 +128,7 @@ def test_worker_killed_between_rollouts_and_a_failing_reset_change_nothing(strai
 def test_both_backends_give_a_failed_rollout_the_same_retries(monkeypatch, caplog, failure, failures, tries):
     """``collect_with_retries``, which the local and the OpenRLHF trainer both call: a pool fault is
     given the rollout again (reseeded) up to three times; an env that is not deterministic is not."""
-    from hgpo_train import rollout
+    from hgpo_train.rollout import collect as rollout
 
     calls: list[dict] = []
 
@@ -289,11 +289,11 @@ def test_sigterm_during_an_update_finishes_and_checkpoints_it(straight, tmp_path
 
 
 def test_the_stop_command_returns_once_the_run_has_stopped(straight, tmp_path):
-    """``python -m hgpo_train.stopping RUN_DIR --wait S``, the KubeRay manifest's preStop hook."""
+    """``python -m hgpo_train stop RUN_DIR --wait S``, the KubeRay manifest's preStop hook."""
     _, overrides = straight
     # far more iterations than run before the stop lands: a fast machine must not finish the run first
     train = train_command([*overrides, "train.iterations=200"], tmp_path)
-    stop = [sys.executable, "-m", "hgpo_train.stopping", str(tmp_path), "--wait", "120"]
+    stop = [sys.executable, "-m", "hgpo_train", "stop", str(tmp_path), "--wait", "120"]
     process = subprocess.Popen(train, cwd=REPO_DIR, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 240

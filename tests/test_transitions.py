@@ -1,11 +1,11 @@
-"""hgpo_env.transitions on hand-made batches whose answers are counted by hand in each test."""
+"""hgpo_env.tools.transitions on hand-made batches whose answers are counted by hand in each test."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from hgpo_env.transitions import aliased_visits, history_keys, merging
+from hgpo_env.tools.transitions import aliased_visits, history_keys, merging
 
 
 def columns(rollouts, group=0, first=0):

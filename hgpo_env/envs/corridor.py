@@ -18,7 +18,7 @@ policy that forgets the sign then wins half the time at best, whatever it does; 
 
 from __future__ import annotations
 
-from hgpo_env.core import TextEnv, Transition
+from hgpo_env.textenv.core import TextEnv, Transition
 
 KEYS = ("red", "blue")
 HALL, LOST = 0, -1

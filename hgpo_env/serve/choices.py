@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
-from hgpo_env.registration import env_defaults
+from hgpo_env.textenv.registration import env_defaults
 
 TASK_KEYS = frozenset({"split"})
 """Env arguments that choose tasks, which every client may set."""

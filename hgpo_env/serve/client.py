@@ -19,9 +19,9 @@ from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
 from openenv.core.env_server.types import State
 
-from hgpo_env.core import TextSpace
 from hgpo_env.serve.auth import auth_headers, read_token
 from hgpo_env.serve.wire import HGPOAction, HGPOObservation, info_from_wire
+from hgpo_env.textenv.core import TextSpace
 
 
 class HGPOEnvClient(EnvClient[HGPOAction, HGPOObservation, State]):

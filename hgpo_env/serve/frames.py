@@ -25,7 +25,7 @@ from typing import Any
 
 from openenv.core.env_server.types import WSErrorCode, WSErrorResponse
 
-from hgpo_env.orphans import exit_with_parent
+from hgpo_env.textenv.orphans import exit_with_parent
 
 MAX_VALUES = 10_000
 """JSON values (objects, arrays, strings, numbers, ...) one message may hold."""

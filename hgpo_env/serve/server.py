@@ -34,7 +34,6 @@ from openenv.core.env_server import Environment, create_app
 from openenv.core.env_server.types import ConcurrencyConfig, EnvironmentMetadata, State
 
 import hgpo_env  # noqa: F401  (registers the HGPO-* ids)
-from hgpo_env.registration import import_env_module
 from hgpo_env.serve.auth import BearerAuth, check_bind
 from hgpo_env.serve.choices import Allowed, ClientChoices, redact
 from hgpo_env.serve.connections import (
@@ -49,6 +48,7 @@ from hgpo_env.serve.guards import BodyLimit, OriginCheck
 from hgpo_env.serve.idle import IdleClose
 from hgpo_env.serve.options import ServerOptions
 from hgpo_env.serve.wire import MAX_RESPONSE_CHARS, HGPOAction, HGPOObservation, info_to_wire
+from hgpo_env.textenv.registration import import_env_module
 
 logger = logging.getLogger(__name__)
 

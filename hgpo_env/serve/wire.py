@@ -17,8 +17,8 @@ from typing import Any
 from openenv.core.env_server.types import Action, Observation
 from pydantic import Field
 
-from hgpo_env.info import RESET_KEYS
-from hgpo_env.milestones import MILESTONES_KEY
+from hgpo_env.contract.info import RESET_KEYS
+from hgpo_env.contract.milestones import MILESTONES_KEY
 
 MAX_RESPONSE_CHARS = 1_000_000
 """Longest response a server steps with; a longer one gets an error reply (not echoed back)."""

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hgpo_env.info import GROUP_KEYS
+from hgpo_env.contract.info import GROUP_KEYS
 from hgpo_env.vector.host import EnvSpec, Reply
 from hgpo_env.vector.layout import Layout, check_positive_int
 from hgpo_env.vector.results import GroupMismatchError, PoolError, ResetResult, StepResult
@@ -48,7 +48,7 @@ def _backend(name: str) -> tuple[type[Workers], Callable[[], int]]:
 
         return ProcessWorkers, _local_cpus
     if name == "openenv":
-        from hgpo_env.registration import extra_hint
+        from hgpo_env.textenv.registration import extra_hint
         from hgpo_env.vector.remote import OpenEnvWorkers
 
         with extra_hint("hgpo_env.serve"):
@@ -65,7 +65,7 @@ def _check_registered(env_id: str) -> None:
     """Fail here, in one line, for an id no worker could make (``module:Id`` imports ``module``)."""
     import gymnasium as gym
 
-    from hgpo_env.registration import import_env_module
+    from hgpo_env.textenv.registration import import_env_module
 
     try:
         gym.spec(import_env_module(env_id))

@@ -23,7 +23,7 @@ from collections.abc import Collection, Iterator, Mapping, Sequence
 from multiprocessing.connection import Connection
 from typing import Any, ClassVar
 
-from hgpo_env.orphans import exit_with_parent
+from hgpo_env.textenv.orphans import exit_with_parent
 from hgpo_env.vector.host import EnvHost, EnvSpec, Reply, sendable
 from hgpo_env.vector.workers import Hosting, WorkerFailure, Workers
 

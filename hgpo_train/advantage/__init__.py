@@ -12,6 +12,9 @@ levels, step positions or graph distances, never over rows or clusters.
 :func:`step_credit` is the entry point; :mod:`~hgpo_train.advantage.registry` names the
 estimators, one module each (``grpo``, ``gigpo``, ``hgpo``, ``g2po``, ``crbc``, ``mvpo``); the shared
 pieces are ``columns`` (input checks), ``grouping`` (clusters) and ``returns``.
+
+Stage 2 of an iteration (credit), and the bottom of hgpo_train: it imports nothing else of it, so
+any trainer can take it alone.
 """
 
 from hgpo_train.advantage.columns import MODES, Mode, as_fingerprints

@@ -12,7 +12,7 @@ import numpy as np
 from hgpo_train.advantage.columns import as_fingerprints, float_column, id_codes, to_numpy
 
 MILESTONE_COUNT = 5
-"""Flags per observation: three kinds of progress, success, an invalid step (:mod:`hgpo_env.milestones`)."""
+"""Flags per observation: three kinds of progress, success, an invalid step (:mod:`hgpo_env.contract.milestones`)."""
 
 
 @dataclass(frozen=True)

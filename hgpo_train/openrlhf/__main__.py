@@ -1,8 +1,5 @@
-"""``python -m hgpo_train.openrlhf``: ``python -m hgpo_train --backend openrlhf`` (same command line)."""
+"""Moved: ``python -m hgpo_train --backend openrlhf`` (same command line). This old path goes after release 0.1."""
 
-import sys
-
-from hgpo_train.cli import main
-
-if __name__ == "__main__":
-    sys.exit(main(["--backend", "openrlhf", *sys.argv[1:]]))
+raise SystemExit(
+    "python -m hgpo_train.openrlhf is now python -m hgpo_train --backend openrlhf (same command line)"
+)

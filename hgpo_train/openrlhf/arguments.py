@@ -218,7 +218,7 @@ def launch(argv: list[str], trainer_class: Any) -> None:
     ``train()`` imports ``PPOTrainer`` from ``openrlhf.trainer.ppo_trainer``, or with
     ``--train.async_enable`` ``PPOTrainerAsync`` from ``openrlhf.trainer.ppo_trainer_async``, when
     it is called (train_ppo_ray.py lines 145-148), so replacing both module attributes first
-    substitutes ours: it overlaps generation with the update itself (:mod:`hgpo_train.overlap`).
+    substitutes ours: it overlaps generation with the update itself (:mod:`hgpo_train.rollout.overlap`).
     """
     from openrlhf.trainer import ppo_trainer, ppo_trainer_async
 

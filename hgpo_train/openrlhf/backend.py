@@ -30,15 +30,15 @@ from typing import Any
 
 import yaml
 
-from hgpo_env.registration import MissingExtraError
-from hgpo_train import durable, stopping
+from hgpo_env.textenv.registration import MissingExtraError
 from hgpo_train.config import BACKEND_SECTION as SECTION
 from hgpo_train.config import Config, ConfigError, OpenRLHFConfig
 from hgpo_train.openrlhf.arguments import namespace_dict, openrlhf_argv
 from hgpo_train.openrlhf.console import quiet_console, say
 from hgpo_train.openrlhf.placement import demands
 from hgpo_train.openrlhf.resume import latest_tag, resume_args
-from hgpo_train.resume import check_resumed_config
+from hgpo_train.run import durable, stopping
+from hgpo_train.run.resume import check_resumed_config
 
 RAY_ENV_VARS = {
     "TOKENIZERS_PARALLELISM": "true",
@@ -172,7 +172,7 @@ def ray_init_kwargs(config: Config, cluster: OpenRLHFConfig) -> dict[str, Any]:
 
 def cpu_head_problem(config: Config) -> str | None:
     """One line when vLLM's CPU build has no attention kernel for the model's head size."""
-    from hgpo_train.generation import head_size, vllm_cpu_head_size_problem
+    from hgpo_train.rollout.generation import head_size, vllm_cpu_head_size_problem
 
     tiny = config.model.name_or_path == "tiny"
     head = config.tiny.hidden_size // config.tiny.num_heads if tiny else head_size(config.model.name_or_path)
@@ -293,11 +293,11 @@ def train(
 
     ``trainer_class`` (default :class:`~hgpo_train.openrlhf.trainer.HGPOTrainer`) is the controller
     to run; the GPU check passes a subclass that records what it verifies. A run folder with
-    checkpoints is resumed if its config matches (see :func:`~hgpo_train.resume.check_resumed_config`).
+    checkpoints is resumed if its config matches (see :func:`~hgpo_train.run.resume.check_resumed_config`).
     """
     run_dir = Path(config.train.output_dir)
     if overwrite:
-        from hgpo_train.checkpoint import clear_run_folder
+        from hgpo_train.run.checkpoint import clear_run_folder
 
         clear_run_folder(run_dir)
     resuming = (Path(paths["checkpoint_dir"]) / "_actor").is_dir()
@@ -355,9 +355,9 @@ def launch_run(
     from hgpo_train.openrlhf.placement import check_cluster, node_name
     from hgpo_train.openrlhf.storage import check_nodes
     from hgpo_train.openrlhf.trainer import HGPOTrainer, trainer_actor
-    from hgpo_train.policy import base_model_path
-    from hgpo_train.provenance import record_start
-    from hgpo_train.stopping import STOPPED_EXIT, StopRequested, stopped_line
+    from hgpo_train.run.provenance import record_start
+    from hgpo_train.run.stopping import STOPPED_EXIT, StopRequested, stopped_line
+    from hgpo_train.update.policy import base_model_path
 
     given = config.to_dict()  # what provenance hashes: the config as given, before paths are absolute
     # every path the actors get is absolute: they start in other folders

@@ -2,7 +2,7 @@
 
 The local trainer trains the constrained distribution: at each response position the update
 renormalises log-probabilities over the tokens the choice trie allowed there
-(:mod:`hgpo_train.constrained`). OpenRLHF's ``Actor.forward`` computes log-probs, entropy and
+(:mod:`hgpo_train.rollout.constrained`). OpenRLHF's ``Actor.forward`` computes log-probs, entropy and
 KL over the whole vocabulary and has no way to take a per-token mask. So in a constrained run:
 
 * the controller puts each iteration's constraints in a named Ray actor (:class:`ConstraintStore`):
@@ -31,9 +31,9 @@ import numpy as np
 import torch
 import xxhash
 
-from hgpo_train.batch import StepBatch
-from hgpo_train.constrained import AllowedSet, allowed_tokens
 from hgpo_train.openrlhf.patching import patch_modules
+from hgpo_train.rollout.batch import StepBatch
+from hgpo_train.rollout.constrained import AllowedSet, allowed_tokens
 
 STORE_NAME = "hgpo_constraints"
 ENV_VAR = "HGPO_CONSTRAINED_DECODING"

@@ -1,8 +1,8 @@
 """The rollout generator over OpenRLHF's vLLM engine actors.
 
-It implements the shared rollout's ``Generator`` protocol, so :func:`hgpo_train.rollout.collect_rollouts`
+It implements the shared rollout's ``Generator`` protocol, so :func:`hgpo_train.rollout.collect.collect_rollouts`
 drives the envs exactly as in the single-machine trainer. Prompts are chat-templated and
-tokenised once here (the shared :class:`~hgpo_train.generation.PromptEncoder`) and sent as token ids
+tokenised once here (the shared :class:`~hgpo_train.rollout.generation.PromptEncoder`) and sent as token ids
 to ``RolloutRayActor.generate`` (vllm_engine.py line 153), so the ids trained on are the ids the
 engine saw. Consecutive prompts (members of one task group) go to the same engine, where they
 share cached prefixes.
@@ -18,7 +18,8 @@ from typing import Any
 import ray
 
 from hgpo_train.config import GenerationConfig
-from hgpo_train.generation import (
+from hgpo_train.openrlhf.process_env import FP32_VAR
+from hgpo_train.rollout.generation import (
     CHOICES_PROCESSOR,
     Generation,
     PromptEncoder,
@@ -26,7 +27,6 @@ from hgpo_train.generation import (
     VLLMRequest,
     vllm_requests,
 )
-from hgpo_train.openrlhf.process_env import FP32_VAR
 
 
 def vllm_sampling_params(**kwargs: Any) -> Any:
@@ -41,7 +41,7 @@ class EngineGenerator(RequestGenerator):
 
     ``admissible`` constrains responses to the commands' token trie inside the engines (their
     logits processor, :func:`engine_actor`), exactly as the local ``generation.backend=vllm`` does
-    (:func:`~hgpo_train.generation.constrained_sampling`).
+    (:func:`~hgpo_train.rollout.generation.constrained_sampling`).
     """
 
     def __init__(
@@ -49,7 +49,6 @@ class EngineGenerator(RequestGenerator):
         engines: Sequence[Any],
         tokenizer: Any,
         config: GenerationConfig,
-        response_format: str,
         max_len: int,
         make_params: Callable[..., Any] = vllm_sampling_params,
         *,
@@ -64,7 +63,7 @@ class EngineGenerator(RequestGenerator):
         self.max_len = max_len
         self.make_params = make_params
         self.record_logprobs = record_logprobs
-        self.encoder = PromptEncoder(tokenizer, response_format)
+        self.encoder = PromptEncoder(tokenizer)
 
     def complete(self, requests: Sequence[VLLMRequest]) -> list[Any]:
         refs = [
@@ -79,7 +78,7 @@ class EngineGenerator(RequestGenerator):
         self, prompt: str, admissible: Sequence[str] | None, temperature: float | None, group: int
     ) -> Future[Generation]:
         """Start one prompt's generation on the engine of its task group (per-episode agent
-        loops, :mod:`hgpo_train.agent_loop`): the engine batches it with whatever else it runs."""
+        loops, :mod:`hgpo_train.rollout.agent_loop`): the engine batches it with whatever else it runs."""
         [request] = vllm_requests(
             self.encoder,
             self.config,

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import ray
 
-from hgpo_train.batch import StepBatch
+from hgpo_train.rollout.batch import StepBatch
 
 PROBES = 4
 """Step samples per iteration scored on every engine."""

@@ -15,8 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hgpo_train import durable
 from hgpo_train.config import ConfigError
+from hgpo_train.run import durable
 
 UNIVERSAL_SUFFIX = "_universal"
 UNIVERSAL_FLAG = "--ds.use_universal_ckpt"

@@ -2,7 +2,7 @@
 
 OpenRLHF's multi-turn agent API trains a whole trajectory as one sample with its rewards summed;
 HGPO trains each step as its own (prompt, response) sample with its own advantage. So every row
-of the shared :class:`~hgpo_train.batch.StepBatch` becomes a one-row ``Experience``, and the
+of the shared :class:`~hgpo_train.rollout.batch.StepBatch` becomes a one-row ``Experience``, and the
 step's advantage, computed by the trainer before the samples are made, rides in its
 ``info[ADVANTAGE]``: ``Experience.info`` holds per-sample tensors, which OpenRLHF keeps through
 ``split_rollout_samples``, ``concat_experiences`` and the model forward passes.
@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from openrlhf.trainer.ppo_utils.experience import Experience
 
-from hgpo_train.batch import StepBatch
 from hgpo_train.openrlhf.padding import padded_size, padding_sources
+from hgpo_train.rollout.batch import StepBatch
 
 ADVANTAGE = "step_advantage"
 """The ``Experience.info`` key of a sample's step advantage (0 for a padding sample)."""

@@ -14,7 +14,7 @@ groups with the shared rollout code on env actors spread over the cluster's CPUs
 (``GroupedEnvPool`` with its Ray backend), computes the step credit as the single-machine trainer
 does, turns every step into one sample carrying its advantage
 (:mod:`~hgpo_train.openrlhf.samples`), which :class:`StepAdvantageMaker` writes on its tokens.
-The run's schedule is the shared one (:func:`~hgpo_train.loop.run_iterations`), and its metrics
+The run's schedule is the shared one (:func:`~hgpo_train.run.loop.run_iterations`), and its metrics
 go to the same ``metrics.jsonl``/TensorBoard under the same names.
 """
 
@@ -37,19 +37,8 @@ from openrlhf.trainer.ray.vllm_engine import batch_vllm_engine_call
 from openrlhf.utils.utils import get_tokenizer
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from hgpo_train import durable
-from hgpo_train.batch import StepBatch
-from hgpo_train.checkpoint import kept_iterations
 from hgpo_train.config import Config, OpenRLHFConfig
-from hgpo_train.eval import Evaluator
-from hgpo_train.loop import (
-    draw_group_tasks,
-    iteration_metrics,
-    iteration_seed,
-    rows_to_train,
-    run_iterations,
-    timed_credit,
-)
+from hgpo_train.evaluation.evaluate import Evaluator
 from hgpo_train.openrlhf.constraints import constraint_table, start_store
 from hgpo_train.openrlhf.engines import EngineGenerator
 from hgpo_train.openrlhf.experience_maker import StepAdvantageMaker
@@ -57,10 +46,14 @@ from hgpo_train.openrlhf.gap import gap_metrics, policy_logprobs, probe_rows, sc
 from hgpo_train.openrlhf.padding import pad_multiple
 from hgpo_train.openrlhf.resume import COMPLETE, tag_iteration
 from hgpo_train.openrlhf.samples import SampleLayout, step_experiences
-from hgpo_train.overlap import EngineWeights, rollout_source
-from hgpo_train.rollout import collect_with_retries, count_tasks, make_pool, progress_lines
-from hgpo_train.stopping import RolloutStopped, stop_requested
-from hgpo_train.tracking import MetricsLogger
+from hgpo_train.rollout.batch import StepBatch
+from hgpo_train.rollout.collect import count_tasks, make_pool, progress_lines
+from hgpo_train.rollout.overlap import EngineWeights, rollout_source
+from hgpo_train.run import durable
+from hgpo_train.run.checkpoint import kept_iterations
+from hgpo_train.run.loop import collect_iteration, run_iterations, run_one_iteration
+from hgpo_train.run.stopping import stop_requested
+from hgpo_train.run.tracking import MetricsLogger
 
 # OpenRLHF ships its samples to the model actors zero-copy (RAY_ENABLE_ZERO_COPY_TORCH_TENSORS, its
 # own ray.init setting, on GPUs too), and Ray warns once per process that a tensor written after
@@ -193,7 +186,6 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
             vllm_engines,
             tokenizer,
             config.generation,
-            config.env.response_format,
             args.data.max_len,
             record_logprobs=config.update.off_policy_correction != "off",
         )
@@ -223,7 +215,7 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         """The tag of that checkpoint (``global_stepN``)."""
         self.constraints = start_store() if config.generation.constrained else None
         self.policy_version = 0
-        """Updates the DeepSpeed policy has had (its weights' version, :mod:`hgpo_train.overlap`)."""
+        """Updates the DeepSpeed policy has had (its weights' version, :mod:`hgpo_train.rollout.overlap`)."""
         self.weights = EngineWeights(0, EngineLock() if config.train.async_staleness else None)
         """The engines' weights' version, and the lock a rollout holds while it samples with them."""
         self.measure_gap = config.generation.temperature == 1.0
@@ -255,30 +247,14 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
                 batch_vllm_engine_call(self.vllm_engines, "sleep")
 
     def collect(self, iteration: int, abandon: Callable[[], bool]) -> StepBatch:
-        """Play one episode in every env, group seeds drawn from ``(train.seed, iteration)``; a pool
-        that raises is given the rollout again, as the local trainer does. A stop request, or
-        ``abandon()``, abandons it (:class:`RolloutStopped`)."""
-        rng = np.random.default_rng(iteration_seed(self.config.train.seed, iteration))
-        seeds, task_ids = draw_group_tasks(rng, self.config.env.num_groups, self.num_tasks)
-        progress = progress_lines(f"iteration {iteration + 1} rollout", self.pool.num_envs)
-
-        def on_turn(turn: int, running: int, steps: int) -> None:
-            if self.stop_requested() or abandon():  # a preemption's grace period is shorter than a rollout
-                raise RolloutStopped
-            progress(turn, running, steps)
-
+        """The iteration's rollouts (:func:`~hgpo_train.run.loop.collect_iteration`) on awake
+        engines; a stop request, or ``abandon()``, abandons it."""
         with self._engines_awake():
-            return collect_with_retries(
-                self.pool,
-                self.generator,
-                label=f"iteration {iteration + 1}",
-                seeds=seeds,
-                task_ids=task_ids,
-                constrained=self.config.generation.constrained,
-                response_format=self.config.env.response_format,
-                agent_loop=self.config.generation.agent_loop,
-                max_batch=self.config.generation.batch_size,
-                on_turn=on_turn,
+            return collect_iteration(
+                self,
+                iteration,
+                abandon,
+                progress=progress_lines(f"iteration {iteration + 1} rollout", self.pool.num_envs),
             )
 
     def engine_gap(self, batch: StepBatch) -> dict[str, float]:
@@ -326,30 +302,26 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
 
     # ----------------------------------------------------------------- one iteration
     def train_iteration(self, iteration: int) -> dict[str, float]:
-        """Collect (or take the rollout collected ahead), credit, make experiences, update, sync
-        weights; 0-based."""
-        start = time.perf_counter()
-        batch = self.rollouts.take(iteration)
-        wait_s = time.perf_counter() - start
-        credit, advantage_s = timed_credit(batch, self.config.advantage, self.advantage_state)
-        self.advantage_state = credit.carried()
+        """One iteration (:func:`~hgpo_train.run.loop.run_one_iteration`); 0-based."""
+        return run_one_iteration(self, iteration).metrics
+
+    def update_policy(
+        self, iteration: int, batch: StepBatch, trained: StepBatch, advantages: np.ndarray
+    ) -> dict[str, float]:
+        """Check the engines against the policy, make one sample per step, train and sync weights."""
         began = time.perf_counter()
         gap = self.engine_gap(batch)
         gap_s = time.perf_counter() - began
-        trained, advantages = rows_to_train(batch, credit.advantages, self.config.update)
         self.publish_constraints(trained)
         samples, layout = self.make_samples(trained, advantages)
         self.wait_for_save()  # the update changes what it writes
         print(f"iteration {iteration + 1}: update on {len(trained)} steps", file=sys.stderr, flush=True)
         self.policy_version = iteration + 1  # train_step updates the policy, then broadcasts it
         status, _ = self.train_step(samples, iteration)
-        encode = self.generator.encoder.prompt_ids
         return {
-            **iteration_metrics(iteration, batch, credit, self.config.advantage, advantage_s, encode),
             **status_metrics(status),
             **gap,
             "rollout/padding_samples": float(layout.padding.sum()),
-            "time/rollout_wait_s": wait_s,
             "time/engine_gap_s": gap_s,
         }
 
@@ -396,7 +368,7 @@ class HGPOTrainer(PPOTrainer.__ray_actor_class__):
         return stop_requested(self.run_dir)
 
     def fit(self, global_step: int = 0) -> None:
-        """Run the remaining iterations on the shared schedule (:func:`~hgpo_train.loop.run_iterations`),
+        """Run the remaining iterations on the shared schedule (:func:`~hgpo_train.run.loop.run_iterations`),
         resuming from the actors' loaded checkpoint if there is one, with a line per iteration."""
         cfg = self.config.train
         states = self.init_checkpoint_states()

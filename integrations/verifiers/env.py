@@ -19,7 +19,7 @@ import gymnasium as gym
 from pydantic import Field, field_validator
 
 import hgpo_env  # noqa: F401  (registers the HGPO-* ids)
-from hgpo_env.registration import import_env_module
+from hgpo_env.textenv.registration import import_env_module
 from integrations._framework import missing_framework
 
 try:

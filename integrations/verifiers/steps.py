@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from hgpo_env.fingerprint import Fingerprinter, canonical_text, task_key
+from hgpo_env.contract.fingerprint import Fingerprinter, canonical_text, task_key
 from integrations.verifiers.env import TURN_FIELDS
 
 FAMILY = "verifiers"

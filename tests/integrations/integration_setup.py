@@ -12,7 +12,7 @@ ROOMS = {"min_rooms": 2, "max_rooms": 3, "lock_probability": 0.0}
 def tiny_chat_model(out_dir: Path) -> str:
     """A random-weight Qwen2 and its tokenizer (ChatML template, end of turn ``<|im_end|>``), saved to ``out_dir``."""
     from hgpo_train.config import EnvConfig, TinyModelConfig
-    from hgpo_train.tiny_model import build_tiny_model
+    from hgpo_train.update.tiny_model import build_tiny_model
 
     env = EnvConfig(name="rooms", response_format="plain", max_steps=4, kwargs=ROOMS)
     tiny = TinyModelConfig(hidden_size=32, intermediate_size=64, num_layers=1, num_heads=2, vocab_size=400)

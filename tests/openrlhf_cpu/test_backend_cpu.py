@@ -23,7 +23,7 @@ from openrlhf_runs import load_run
 
 from hgpo_train.advantage import compute_advantages
 from hgpo_train.openrlhf.backend import run_paths, train
-from hgpo_train.tracking import read_metrics
+from hgpo_train.run.tracking import read_metrics
 
 pytestmark = pytest.mark.timeout(1500)
 """scripts/test.sh runs this module beside the main suite, where the shared run (this module's

@@ -37,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' share
 from ray_cluster import RAY_CLI, RayNode, wait_for_head, wait_for_nodes
 from serve_helpers import free_port
 
-from hgpo_train.provenance import RUN_INFO
-from hgpo_train.tracking import read_metrics
+from hgpo_train.run.provenance import RUN_INFO
+from hgpo_train.run.tracking import read_metrics
 
 LOGPROB_TOLERANCE = 0.02  # as in test_backend_cpu: synced engines stay far below it
 

@@ -1,6 +1,6 @@
 """Both backends optimise the same objective: one fixed batch, the same loss and gradients.
 
-The local trainer's loss (``hgpo_train.update``: the micro-batch layout, ``forward_logprobs`` and
+The local trainer's loss (``hgpo_train.update.ppo``: the micro-batch layout, ``forward_logprobs`` and
 ``ppo_loss``) and the loss OpenRLHF's policy actor computes (``ActorPPOTrainer.training_step``
 with OpenRLHF's ``Actor`` wrapper, ``PolicyLoss``, k3 KL and entropy terms, with the arguments
 OpenRLHF's own parser resolves from the same config) get one fixed batch of step samples:
@@ -25,12 +25,12 @@ from conftest import CPU_CONFIG
 from openrlhf_runs import load_run
 from test_train_loss import step_batch
 
-from hgpo_train.batch import StepBatch
 from hgpo_train.config import UpdateConfig
-from hgpo_train.loss import off_policy_weights, ppo_loss
 from hgpo_train.openrlhf import cpu
 from hgpo_train.openrlhf.arguments import openrlhf_argv, resolve
-from hgpo_train.update import forward_logprobs, make_micro_batch
+from hgpo_train.rollout.batch import StepBatch
+from hgpo_train.update.loss import off_policy_weights, ppo_loss
+from hgpo_train.update.ppo import forward_logprobs, make_micro_batch
 
 SAMPLES = 6
 OVERRIDES = ["update.kl_coef=0.05", "update.entropy_coef=0.01", "update.clip_ratio=0.2"]

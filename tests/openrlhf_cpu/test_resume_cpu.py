@@ -27,8 +27,8 @@ import psutil
 import yaml
 from conftest import CPU_CONFIG, REPO
 
-from hgpo_train.provenance import RUN_INFO, config_hash
-from hgpo_train.tracking import read_metrics
+from hgpo_train.run.provenance import RUN_INFO, config_hash
+from hgpo_train.run.tracking import read_metrics
 
 ITERATIONS = yaml.safe_load(CPU_CONFIG.read_text())["train"]["iterations"]
 LONG_GRACE_S = 300

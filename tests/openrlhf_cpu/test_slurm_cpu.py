@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' share
 
 from slurm_cluster import SlurmCluster, missing_commands
 
-from hgpo_train.tracking import read_metrics
+from hgpo_train.run.tracking import read_metrics
 
 TEMPLATE = REPO / "scripts" / "launch" / "slurm_openrlhf.sbatch"
 TIME_LIMIT_MIN = 4

@@ -20,10 +20,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from hgpo_train.cli import main
 from hgpo_train.config import GenerationConfig
-from hgpo_train.constrained import choices_regex
-from hgpo_train.generation import VLLMGenerator
-from hgpo_train.tracking import read_metrics
-from hgpo_train.update import forward_logprobs, make_micro_batch
+from hgpo_train.rollout.constrained import choices_regex
+from hgpo_train.rollout.generation import VLLMGenerator
+from hgpo_train.run.tracking import read_metrics
+from hgpo_train.update.ppo import forward_logprobs, make_micro_batch
 
 PROMPTS = [
     "Your task is to: put the red key in the hall.\nYou are in the kitchen. Exits: north to the hall.",
@@ -44,7 +44,7 @@ def hf(warm_model: str) -> tuple:
 @pytest.fixture(scope="module")
 def generator(warm_model: str, hf: tuple) -> VLLMGenerator:
     config = GenerationConfig(backend="vllm", max_new_tokens=12, temperature=1.0)
-    return VLLMGenerator(warm_model, hf[1], config, "plain", seed=0, dtype="float32")
+    return VLLMGenerator(warm_model, hf[1], config, seed=0, dtype="float32")
 
 
 def engine_logprobs(generator: VLLMGenerator, ids: list[int], start: int) -> np.ndarray:

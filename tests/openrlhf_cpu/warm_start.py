@@ -16,7 +16,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import hgpo_env  # noqa: F401  (registers the HGPO-* ids)
 from hgpo_train.config import Config
-from hgpo_train.tiny_model import build_tiny_model
+from hgpo_train.update.tiny_model import build_tiny_model
 
 NOISE = 0.4
 """Share of steps where the teacher picks a random admissible command instead of the expert's."""

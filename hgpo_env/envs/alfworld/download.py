@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hgpo_env.data import check_archive, data_home, safe_extract
-from hgpo_env.data import download as fetch
 from hgpo_env.envs.alfworld.games import SPLITS, split_dir
+from hgpo_env.textenv.data import check_archive, data_home, safe_extract
+from hgpo_env.textenv.data import download as fetch
 
 GAMES_URL = "https://github.com/alfworld/alfworld/releases/download/0.4.0/json_2.1.2_tw-pddl.zip"
 """Every split's ``game.tw-pddl`` files (what the text env needs)."""

@@ -10,7 +10,7 @@ Observations, admissible commands and the win condition are those of alfworld's
 * ``check_admissible=True`` (default): a command outside the admissible list is invalid, spends
   a step and changes nothing, as the contract asks; the prompt lists the admissible commands,
   so anything else is a policy error worth a signal. With ``False``, or under
-  ``protocol="verl-agent"`` (the papers' rules, :mod:`hgpo_env.protocol`), commands reach the
+  ``protocol="verl-agent"`` (the papers' rules, :mod:`hgpo_env.contract.protocol`), commands reach the
   engine as in plain ALFWorld, which answers "Nothing happens." to unknown ones.
 * Task ids index the split's games sorted by path, so a task group shares a game by sharing a
   seed or a ``task_id``, and an evaluation can play every game once
@@ -26,15 +26,15 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from hgpo_env.core import TextEnv
-from hgpo_env.data import data_home
+from hgpo_env.contract.milestones import Progress
 from hgpo_env.envs.alfworld.compiled import CompileCache, GameSource
 from hgpo_env.envs.alfworld.engine import Engine
 from hgpo_env.envs.alfworld.games import SPLITS, GameDataError, GameRecord, list_games
 from hgpo_env.envs.alfworld.locate import locate
 from hgpo_env.envs.alfworld.progress import MILESTONES, progress, target_object
 from hgpo_env.envs.alfworld.tracker import HouseholdNotes
-from hgpo_env.milestones import Progress
+from hgpo_env.textenv.core import TextEnv
+from hgpo_env.textenv.data import data_home
 
 TASK_PREFIX = "Your task is to:"
 HIDDEN_COMMANDS = frozenset({"help"})

@@ -5,7 +5,7 @@ The official layout is ``<root>/json_2.1.1/<split>/<task folder>/<trial>/game.tw
 split's games are listed the way alfworld's ``AlfredTWEnv`` selects them (the six task types,
 no ``movable``/``Sliced`` trials, no game marked unsolvable) and sorted by path, so index ``i``
 names the same game on every machine. Scanning reads every game once; the result is kept per
-process and in a small index file under :func:`hgpo_env.data.data_home`.
+process and in a small index file under :func:`hgpo_env.textenv.data.data_home`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hgpo_env.data import data_home
+from hgpo_env.textenv.data import data_home
 
 TASK_TYPES = (
     "pick_and_place_simple",

@@ -25,11 +25,11 @@ import alfworld.gen.constants as alfred
 import alfworld.gen.goal_library as goals
 from alfworld.info import ALFRED_PDDL_PATH, ALFRED_TWL2_PATH
 
-from hgpo_env.data import data_home
 from hgpo_env.envs.alfworld.compiled import CompileCache, GameSource, translate
 from hgpo_env.envs.alfworld.containment import contained
 from hgpo_env.envs.alfworld.engine import Engine, acquire_library, release_library
 from hgpo_env.envs.alfworld.games import GAME_FILE, SPLITS, TASK_TYPES, TRAJ_FILE
+from hgpo_env.textenv.data import data_home
 
 VERSION = 1
 """Bump when generated games change: they live in a folder named after it."""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import alfworld.gen.constants as alfred
 
-from hgpo_env.milestones import Progress, Vocabulary
+from hgpo_env.contract.milestones import Progress, Vocabulary
 
 MILESTONES = ("target", "operation", "place", "success", "invalid")
 START = "start"

@@ -12,8 +12,8 @@ from typing import Any, Literal
 import gymnasium as gym
 import minigrid  # noqa: F401  (registers the BabyAI-* ids)
 
-from hgpo_env.adapter import Raw, TextAdapter, TextEnvSpec, split_task_ids
 from hgpo_env.envs.babyai.text import describe_view
+from hgpo_env.textenv.adapter import Raw, TextAdapter, TextEnvSpec, split_task_ids
 
 COMMANDS = ("turn left", "turn right", "go forward", "pick up", "drop", "toggle", "done")
 """Commands in minigrid's action order (``Actions.left`` = 0 ... ``Actions.done`` = 6)."""

@@ -12,9 +12,9 @@ import difflib
 from collections import deque
 from typing import Any, Literal
 
-from hgpo_env.core import TextEnv
+from hgpo_env.contract.milestones import Progress
 from hgpo_env.envs.rooms.world import DIRECTIONS, Difficulty, Task, generate_task
-from hgpo_env.milestones import Progress
+from hgpo_env.textenv.core import TextEnv
 
 CARRIED = -1
 HELD_OUT_TASKS = 10_000
@@ -30,7 +30,7 @@ class RoomsEnv(TextEnv):
     with what the agent carries, so equal observations no longer hide different inventories (a
     control for studies of context inconsistency).
 
-    Milestones (:mod:`hgpo_env.milestones`): the task's key seen, the key held, its door unlocked,
+    Milestones (:mod:`hgpo_env.contract.milestones`): the task's key seen, the key held, its door unlocked,
     the goal room reached with a goal item, an invalid step (the first three never fire on a task
     without a locked door). A place is ``room|carried`` (the carried items, sorted).
     """

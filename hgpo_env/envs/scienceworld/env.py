@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from scienceworld import ScienceWorldEnv as _Engine
 
-from hgpo_env.adapter import Raw, StepResult, TextAdapter, TextEnvSpec
+from hgpo_env.textenv.adapter import Raw, StepResult, TextAdapter, TextEnvSpec
 
 _NO_LIMIT = 1_000_000
 _UNKNOWN = ("No known action matches that input.", "Unknown action")

@@ -21,8 +21,8 @@ from typing import Any, Literal
 import textarena
 from textarena import ObservationType
 
-from hgpo_env.adapter import Raw, StepResult, TextAdapter, TextEnvSpec, split_task_ids
-from hgpo_env.rng import IsolatedRNG
+from hgpo_env.textenv.adapter import Raw, StepResult, TextAdapter, TextEnvSpec, split_task_ids
+from hgpo_env.textenv.rng import IsolatedRNG
 
 HELD_OUT_TASKS = 10_000
 _NOT_SHOWN = (ObservationType.PROMPT, ObservationType.PLAYER_ACTION)

@@ -17,7 +17,7 @@ from typing import Any
 import textworld
 import xxhash
 
-from hgpo_env.adapter import Raw, StepResult, TextAdapter, TextEnvSpec
+from hgpo_env.textenv.adapter import Raw, StepResult, TextAdapter, TextEnvSpec
 
 GAME_SUFFIXES = (".z8", ".ulx")
 _STATUS_BAR = re.compile(r"\s*>?\s*-=[^\n]*=-\s*\d+/\d+\s*$")

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from textworld_express import TextWorldExpressEnv as _Engine
 
-from hgpo_env.adapter import Raw, StepResult, TextAdapter, TextEnvSpec
+from hgpo_env.textenv.adapter import Raw, StepResult, TextAdapter, TextEnvSpec
 
 GAMES = ("cookingworld", "twc", "coin", "mapreader", "arithmetic", "sorting", "simonsays", "peckingorder")
 _NO_LIMIT = 1_000_000

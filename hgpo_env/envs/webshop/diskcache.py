@@ -18,7 +18,7 @@ from pathlib import Path
 
 import xxhash
 
-from hgpo_env.data import data_home
+from hgpo_env.textenv.data import data_home
 
 
 def cache_path(kind: str, *key: str) -> Path:

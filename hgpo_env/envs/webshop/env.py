@@ -22,7 +22,8 @@ import os
 import re
 from typing import Any
 
-from hgpo_env.core import TextEnv
+from hgpo_env.contract.fingerprint import canonical_text
+from hgpo_env.contract.milestones import Progress
 from hgpo_env.envs.webshop.goals import SPLITS, VERL_AGENT_SPLITS, Goal, shuffled_goals, split_goals
 from hgpo_env.envs.webshop.nouns import learn_catalog
 from hgpo_env.envs.webshop.progress import MILESTONES, progress
@@ -40,8 +41,7 @@ from hgpo_env.envs.webshop.site import (
     Site,
 )
 from hgpo_env.envs.webshop.sources import SMALL, load_catalog
-from hgpo_env.fingerprint import canonical_text
-from hgpo_env.milestones import Progress
+from hgpo_env.textenv.core import TextEnv
 
 SEARCH_PLACEHOLDER = "search[<your query>]"
 MAX_COMMAND_CHARS = 512
@@ -74,7 +74,7 @@ class WebShopEnv(TextEnv):
     (:mod:`~hgpo_env.envs.webshop.sources`). ``reward`` is ``"original"`` (WebShop's score, bit for
     bit, as papers report it) or ``"corrected"`` (:mod:`~hgpo_env.envs.webshop.reward`).
 
-    ``protocol="verl-agent"`` (the papers' rules, :mod:`hgpo_env.protocol`) also takes the papers'
+    ``protocol="verl-agent"`` (the papers' rules, :mod:`hgpo_env.contract.protocol`) also takes the papers'
     split (``"test"``: goals 0-499, ``"train"``: 500 onwards) and, as the original text env does,
     accepts a search with a non-empty query on any page. ``info`` reports the milestones
     (:mod:`~hgpo_env.envs.webshop.progress`: the page types reached).

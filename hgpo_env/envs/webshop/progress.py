@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import re
 
+from hgpo_env.contract.milestones import Progress
 from hgpo_env.envs.webshop.site import Page
-from hgpo_env.milestones import Progress
 
 MILESTONES = ("search", "item", "option", "success", "invalid")
 PAGE_TYPES = ("init", "search_result", "item_detail", "item_sub", "bought")

@@ -17,9 +17,9 @@ import os
 import warnings
 from pathlib import Path
 
-from hgpo_env import data
 from hgpo_env.envs.webshop.catalog import Catalog, load_official
 from hgpo_env.envs.webshop.generated import generate_catalog
+from hgpo_env.textenv import data
 
 GENERATED = "generated"
 SMALL = 1000
