@@ -7,5 +7,7 @@ and reference actors, weight sync) with its single controller, ``PPOTrainer``, r
 :class:`~hgpo_train.openrlhf.trainer.HGPOTrainer`, which plays the envs with the shared rollout
 code, turns every step into its own sample and writes the shared advantages into it.
 
-Import-light: nothing here imports openrlhf, ray, vllm or deepspeed at package import.
+Import-light: nothing here imports openrlhf, ray, vllm or deepspeed at package import. A backend,
+on the top floor with :mod:`hgpo_train.local`: may import every stage; only :mod:`hgpo_train.cli`
+imports it.
 """
