@@ -1,9 +1,11 @@
 """The run both backends share: which tasks an iteration plays, what every iteration logs, and
 the schedule around the iterations (evaluation, checkpoints, stopping at a safe point).
 
-A backend supplies only what differs (:class:`Backend`): how it collects and updates, saves,
-evaluates. Every source of randomness of iteration ``i`` is seeded from ``(train.seed, i)``, so a
-run killed and resumed repeats exactly the iterations a straight run would have done, on either
+An iteration is collected by :func:`collect_iteration` and run by :func:`run_one_iteration` on
+both backends, each supplying only its update (:class:`IterationParts`); the schedule,
+:func:`run_iterations`, asks a backend only how it saves and evaluates (:class:`Backend`).
+Every source of randomness of iteration ``i`` is seeded from ``(train.seed, i)``, so a run
+killed and resumed repeats exactly the iterations a straight run would have done, on either
 backend.
 """
 
