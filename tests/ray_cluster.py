@@ -2,6 +2,11 @@
 
 Each node is one ``ray start --block`` process in a session of its own, with its own temp dir,
 bound to 127.0.0.1; stopping it kills that process, its children and its session.
+
+Every port a node opens is one the OS picked free, worker ports included: ``ray start`` hands out
+worker ports from a fixed range (10002 up) in order, so two clusters on one machine (CI runs the
+main suite beside the OpenRLHF suite) give out the same ports, and a driver whose port is taken
+dies at once (Ray's "Failed to start the grpc server ... port is 10007"), taking pytest with it.
 """
 
 from __future__ import annotations
@@ -64,7 +69,7 @@ class RayNode:
     def _start(self) -> None:
         # nodes on one machine need ports of their own where Ray's defaults are fixed numbers
         command = [*self._options, f"--dashboard-agent-listen-port={free_port()}"]
-        command += [f"--metrics-export-port={free_port()}"]
+        command += [f"--metrics-export-port={free_port()}", "--min-worker-port=0", "--max-worker-port=0"]
         if self._hide is not None:
             mount = f"mount -t tmpfs none {shlex.quote(str(self._hide))} && exec {shlex.join(command)}"
             command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", mount]
@@ -86,24 +91,35 @@ class RayNode:
         return "\n".join([f"--- {self.name}: {self.log}", *tail])
 
     def pids(self) -> set[int]:
+        return {process.pid for process in self._processes()}
+
+    def _processes(self) -> list[psutil.Process]:
+        """The ``ray start`` process and its descendants, while it is not reaped (after that its
+        pid may be another process's). psutil's objects remember each start time, so signalling
+        one that has since exited never reaches a process that took its pid."""
+        if self.process.returncode is not None:
+            return []
         try:
-            return {self.process.pid} | {
-                p.pid for p in psutil.Process(self.process.pid).children(recursive=True)
-            }
+            leader = psutil.Process(self.process.pid)
+            return [leader, *leader.children(recursive=True)]
         except psutil.NoSuchProcess:
-            return set()
+            return []
 
     def kill(self) -> None:
-        """SIGKILL this node's processes (and only them), at once."""
-        for pid in self.pids():
+        """SIGKILL this node's processes (and only them), at once; safe to call again."""
+        for process in self._processes():
             try:
-                os.kill(pid, signal.SIGKILL)
+                process.kill()
+            except psutil.NoSuchProcess:
+                pass
+        # The session this test made for the node, whose id is the leader's pid: Linux gives no
+        # new process that pid while the leader is unreaped or any member lives, so a process that
+        # has it now (after a reap) is a stranger, and its session is left alone.
+        if self.process.returncode is None or not psutil.pid_exists(self.process.pid):
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)  # the session this test made for the node
-        except ProcessLookupError:
-            pass
         self.process.wait(30)
 
 
