@@ -5,7 +5,10 @@ and the pool's ``openenv`` backend."""
 from __future__ import annotations
 
 import json
+import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -336,3 +339,13 @@ def test_the_pool_takes_a_restarted_server_back_when_the_other_is_full():
                 )
         finally:
             pool.close()
+
+
+@pytest.mark.parametrize("switch", ["false", "true"])
+def test_openenvs_web_ui_is_imported_only_when_its_switch_is_on(switch: str) -> None:
+    """OpenEnv's Gradio UI costs every server, pool worker and client seconds of start-up; it stays
+    out unless ENABLE_WEB_INTERFACE, OpenEnv's own switch for it, asks for it."""
+    probe = "import sys, hgpo_env.serve.server; print('gradio' in sys.modules)"
+    env = {**os.environ, "ENABLE_WEB_INTERFACE": switch}
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == str(switch == "true")
