@@ -58,8 +58,9 @@ from hgpo_train.run.tracking import MetricsLogger
 # OpenRLHF ships its samples to the model actors zero-copy (RAY_ENABLE_ZERO_COPY_TORCH_TENSORS, its
 # own ray.init setting, on GPUs too), and Ray warns once per process that a tensor written after
 # shipping could be corrupted: a risk of OpenRLHF's design, not of this run, and the warning
-# reached every run's console.
+# reached every run's console; so did PyTorch's on the receiving side, that such a tensor is read-only.
 warnings.filterwarnings("ignore", message="Zero-copy tensor serialization is enabled")
+warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
 
 
 LOCAL_NAMES = {
