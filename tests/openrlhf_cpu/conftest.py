@@ -8,6 +8,7 @@ environment rather than skipped.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import sys
@@ -30,13 +31,41 @@ sys.path.insert(
 
 
 @pytest.fixture(scope="session")
-def warm_model(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The CPU config's tiny model, fitted to a noisy expert so that steps differ in validity."""
+def warm_model(request: pytest.FixtureRequest) -> str:
+    """The CPU config's tiny model, fitted to a noisy expert so that steps differ in validity.
+
+    Built once and kept in pytest's cache under a digest of what makes it (the config, the env and
+    trainer sources, the library versions): CI runs this suite in two sessions, and fitting costs
+    each some forty seconds on two loaded cores."""
     from openrlhf_runs import load_run
     from warm_start import warm_tiny_model
 
-    config, _ = load_run(CPU_CONFIG)
-    return warm_tiny_model(config, tmp_path_factory.mktemp("warm") / "model")
+    key = warm_model_key()
+    folder = request.config.cache.mkdir(f"openrlhf-warm-model-{key}")
+    model = folder / "model"
+    if not (model / "config.json").is_file():
+        config, _ = load_run(CPU_CONFIG)
+        building = Path(tempfile.mkdtemp(dir=folder))
+        warm_tiny_model(config, building / "model")
+        try:
+            os.rename(building / "model", model)  # whole or not at all
+        except OSError:  # another session finished first: its model is as good
+            pass
+        shutil.rmtree(building, ignore_errors=True)
+    return str(model)
+
+
+def warm_model_key() -> str:
+    """A digest of what the warm model is made of: a change to any of it builds a new one."""
+    import torch
+    import transformers
+
+    digest = hashlib.sha256(f"{torch.__version__} {transformers.__version__}".encode())
+    sources = [CPU_CONFIG, Path(__file__).with_name("warm_start.py")]
+    sources += sorted((REPO / "hgpo_env").rglob("*.py")) + sorted((REPO / "hgpo_train").rglob("*.py"))
+    for source in sources:
+        digest.update(source.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 @pytest.fixture(scope="module")
