@@ -12,13 +12,15 @@ template's requeue and a resume:
 
 then a plain ``scancel`` ends it, leaving no process behind. Slurm's fixed 2-minute wait before a requeued job may start
 again is skipped (``scontrol update StartTime=now``), and the time limit is set per phase
-(``scontrol update TimeLimit``); nothing else is changed. Only what cannot run here is replaced
-(``hgpo_train.openrlhf.cpu``: CUDA calls, NCCL -> gloo).
+(``scontrol update TimeLimit``: in the second, once its driver trains, so that the TERM comes soon
+and finds it however slowly a loaded machine started it); nothing else is changed. Only what cannot
+run here is replaced (``hgpo_train.openrlhf.cpu``: CUDA calls, NCCL -> gloo).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import re
 import shutil
@@ -40,10 +42,11 @@ from slurm_cluster import SlurmCluster, missing_commands
 from hgpo_train.run.tracking import read_metrics
 
 TEMPLATE = REPO / "scripts" / "launch" / "slurm_openrlhf.sbatch"
-TIME_LIMIT_MIN = 4
+TIME_LIMIT_MIN = 30
+"""The job's time limit, but in the time-limit phase."""
 SIGNAL_BEFORE_S = 75
-"""The time-limit phase: SIGTERM comes 165 s after the start, or up to a minute earlier (Slurm
-checks time limits every few tens of seconds): after the driver's start (about 60 s here)."""
+"""The time-limit phase's SIGTERM comes this long before the limit (or up to a minute earlier: Slurm
+checks time limits every few tens of seconds), and the driver has that long to stop."""
 STOP_LINE = re.compile(r"stopped on request after iteration (\d+), checkpointed \(global_step(\d+)\)")
 GAVE_UP_LINE = re.compile(
     r"no safe point within openrlhf.stop_grace_s=\S+ s: stopping now; re-running the same command resumes from global_step(\d+)"
@@ -107,15 +110,33 @@ class Job:
         text = self.text()
         return sorted([*STOP_LINE.finditer(text), *GAVE_UP_LINE.finditer(text)], key=lambda m: m.start())
 
-    def requeued_and_restarted(self, stops: int, time_limit: str) -> None:
+    def requeued_and_restarted(self, stops: int) -> None:
         """Wait for the stop line number ``stops`` and the requeue, then let the job start again."""
         self.wait_for(f"stop {stops}", lambda: len(self.stops()) >= stops)
         self.wait_for("the requeue", lambda: self.slurm.job(self.id)["JobState"] == "PENDING", timeout=120)
         # Slurm holds a requeued job for its credential's lifetime (120 s); this skips most of it,
         # but not the second of the requeue: a job restarted within it finds its new credential
         # revoked along with the old one and fails ("Job credential revoked")
-        self.slurm.run("scontrol", "update", f"JobId={self.id}", f"TimeLimit={time_limit}", "StartTime=now+2")
+        self.slurm.run(
+            "scontrol", "update", f"JobId={self.id}", f"TimeLimit={TIME_LIMIT_MIN}", "StartTime=now+2"
+        )
         self.wait_for("the restart", lambda: self.slurm.job(self.id)["JobState"] == "RUNNING", timeout=120)
+
+    def time_limit_soon(self) -> None:
+        """Once the resumed driver has logged an iteration (its SIGTERM handler is set), a time limit
+        whose TERM comes now or within a minute."""
+        logged = len(self.iterations())
+        self.wait_for("the resumed run's first iteration", lambda: len(self.iterations()) > logged)
+        ran = seconds(self.slurm.job(self.id)["RunTime"])
+        minutes = math.ceil((ran + SIGNAL_BEFORE_S + 5) / 60)
+        self.slurm.run("scontrol", "update", f"JobId={self.id}", f"TimeLimit={minutes}")
+
+
+def seconds(run_time: str) -> int:
+    """Slurm's ``[D-]HH:MM:SS`` as seconds."""
+    days, _, clock = run_time.rpartition("-")
+    hours, minutes, secs = (int(part) for part in clock.split(":"))
+    return int(days or 0) * 86400 + hours * 3600 + minutes * 60 + secs
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +156,7 @@ def job(slurm: SlurmCluster, warm_model: str) -> Iterator[Job]:
         "--parsable",
         "--cpus-per-task=4",
         "--gpus-per-node=1",  # the CPU config's one logical GPU
-        "--time=30",
+        f"--time={TIME_LIMIT_MIN}",
         f"--signal=B:TERM@{SIGNAL_BEFORE_S}",
         f"--output={log}",
         str(TEMPLATE),
@@ -154,8 +175,9 @@ def job(slurm: SlurmCluster, warm_model: str) -> Iterator[Job]:
     try:
         job.wait_for("2 iterations", lambda: len(job.iterations()) >= 2)
         slurm.run("scancel", "--signal=TERM", job.id)  # 1: the steps
-        job.requeued_and_restarted(1, time_limit=str(TIME_LIMIT_MIN))
-        job.requeued_and_restarted(2, time_limit="30")  # 2: the time limit
+        job.requeued_and_restarted(1)
+        job.time_limit_soon()  # 2: the time limit
+        job.requeued_and_restarted(2)
         job.wait_for("the second resume", lambda: job.text().count("resuming from ") == 2)
         slurm.run("scancel", job.id)
         job.wait_for("the cancel", lambda: job.slurm.job(job.id)["JobState"] not in ("RUNNING", "COMPLETING"))
