@@ -3,16 +3,18 @@
 # environment and runs the main suite there, and the verl, verifiers and OpenRLHF-on-CPU suites in
 # environments of their own (.venv-verl, .venv-verifiers, .venv-openrlhf). Two lines run at once:
 # this one installs the current environment and runs the main suite; the second makes the other
-# environments and runs the verl and verifiers suites and the OpenRLHF modules in BESIDE (those
-# whose deadlines a loaded machine meets). The rest of the OpenRLHF suite (kills at a moment,
-# grace periods, Slurm's time limits) runs last, alone. Extra arguments go to the main suite's
-# pytest. The first failure ends the run. Every run ends with the budget (scripts/ci_report.py):
-# each step's wall time and the CPUs' busy share while it ran, each line's idle time and each
-# suite's slowest tests; the files behind it stay in $HGPO_CI_REPORT (a temp dir unless set).
+# environments and runs the verl and verifiers suites, the OpenRLHF modules in BESIDE (those
+# whose deadlines a loaded machine meets), then the Slurm module. The rest of the OpenRLHF suite
+# (kills and stops at a moment, grace periods) runs last, alone. Extra arguments go to the main
+# suite's pytest. The first failure ends the run. Every run ends with the budget
+# (scripts/ci_report.py): each step's wall time and the CPUs' busy share while it ran, each line's
+# idle time and each suite's slowest tests; the files behind it stay in $HGPO_CI_REPORT (a temp
+# dir unless set).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 BESIDE=(test_objective_cpu test_vllm_generator_cpu test_backend_cpu test_cluster_cpu)
+SLURM=test_slurm_cpu # its time limit is set once its driver trains: a busy machine only slows it
 export HGPO_CI_REPORT=${HGPO_CI_REPORT:-$(mktemp -d -t hgpo-ci-XXXXXX)}
 budget() { python3 scripts/ci_report.py "$HGPO_CI_REPORT"; }
 trap budget EXIT  # after a failure too
@@ -41,7 +43,9 @@ setsid bash -c "set -e
     HGPO_ENVS_READY=1 timed second 'verifiers: suite' bash scripts/test_verifiers.sh $(junit verifiers)
     timed second 'openrlhf: environment' bash scripts/setup_openrlhf_cpu.sh
     HGPO_ENVS_READY=1 timed second 'openrlhf: ${BESIDE[*]}' \
-        bash scripts/test_openrlhf_cpu.sh -k '${beside# or }' $(junit openrlhf-beside)" >"$log" 2>&1 &
+        bash scripts/test_openrlhf_cpu.sh -k '${beside# or }' $(junit openrlhf-beside)
+    HGPO_ENVS_READY=1 timed second 'openrlhf: $SLURM' \
+        bash scripts/test_openrlhf_cpu.sh -k $SLURM $(junit openrlhf-slurm)" >"$log" 2>&1 &
 second=$!
 trap 'kill -- -$second 2>/dev/null || true; budget' EXIT  # a failing main suite stops the second line
 
@@ -58,12 +62,12 @@ timed main 'main: suite' python -m pytest "$(junit main)" "$@"
 status=0
 wait "$second" || status=$?
 trap budget EXIT
-echo "----- run beside the main suite: the verl and verifiers suites, the OpenRLHF environment, ${BESIDE[*]} -----"
+echo "----- run beside the main suite: the verl and verifiers suites, the OpenRLHF environment, ${BESIDE[*]}, $SLURM -----"
 cat "$log"
 if [ "$status" -ne 0 ]; then
     echo "the second line failed (exit $status): its output is above" >&2
     exit "$status"
 fi
 ignored=()
-for module in "${BESIDE[@]}"; do ignored+=("--ignore=tests/openrlhf_cpu/$module.py"); done
+for module in "${BESIDE[@]}" "$SLURM"; do ignored+=("--ignore=tests/openrlhf_cpu/$module.py"); done
 HGPO_ENVS_READY=1 timed main 'openrlhf: the rest' bash scripts/test_openrlhf_cpu.sh "${ignored[@]}" "$(junit openrlhf-rest)"
