@@ -20,10 +20,6 @@ import pytest
 # bind dies. Every cluster the tests start, here or in the commands they run, takes ports the OS
 # picks instead (Ray's own switch for tests).
 os.environ.setdefault("RAY_USE_RANDOM_PORTS", "1")
-# The Java envs (ScienceWorld, TextWorld-Express) start a JVM per env, and the tests start many
-# that live seconds: there the optimizing compiler and parallel GC only cost CPU (half of an env's
-# start-up on a loaded 2-core machine). Results are the same; long training runs keep the defaults.
-os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 SHARED_DATA = Path(
     os.environ.get("HGPO_SHARED_DATA", Path(__file__).resolve().parents[1] / ".." / "shared" / "data")
