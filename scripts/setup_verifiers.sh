@@ -2,6 +2,7 @@
 # The verifiers integration's environment (.venv-verifiers): verifiers 0.4.0 pins mcp 2.0, while
 # openenv 0.10 (the served envs) needs fastmcp 3, which imports mcp 1.x, so it gets its own. Its
 # tests need no torch. Creates or updates it.
+# --no-compile: Python compiles each module when first imported, not every file at install.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,4 +10,4 @@ python3 -m venv .venv-verifiers
 .venv-verifiers/bin/python -m pip install --quiet --upgrade pip
 # an editable build writes hgpo.egg-info into the source tree: one at a time (scripts/test.sh
 # installs two environments at once)
-flock "${TMPDIR:-/tmp}/hgpo-editable-install.lock" .venv-verifiers/bin/python -m pip install --quiet -e ".[verifiers,test]"
+flock "${TMPDIR:-/tmp}/hgpo-editable-install.lock" .venv-verifiers/bin/python -m pip install --quiet --no-compile -e ".[verifiers,test]"
