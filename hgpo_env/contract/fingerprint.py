@@ -165,6 +165,11 @@ class Fingerprinter:
         """Key of a memory text the prompt shows (``kind``: ``summary``, ``notes``, a request)."""
         return self._hash(kind.encode() + b"|" + _field(text))
 
+    def fields(self, *texts: str) -> int:
+        """Key of a sequence of text fields, each length-prefixed: what chat prompts hash
+        (:mod:`hgpo_env.prompting.chat`)."""
+        return self._hash(b"".join(_field(text) for text in texts))
+
     def initial(self, task: str, state_text: str) -> int:
         """Key of a task's start: task text and initial state, to verify a task group."""
         return self._hash(b"task" + _field(task) + _field(state_text))

@@ -19,6 +19,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from hgpo_env.prompting.chat import ChatMemory, ChatSettings
 from hgpo_env.prompting.compaction import CompactionMemory, SummaryRequest
 from hgpo_env.prompting.memory import DEFAULT_HISTORY_LENGTH, KStepMemory, Tokenizer
 from hgpo_env.prompting.notes import NotesMemory
@@ -76,14 +77,28 @@ def wrap_memory(
     fingerprint_state: str = "text",
     response_format: str = "think_action",
     tokenizer: Tokenizer | None = None,
+    chat: ChatSettings | None = None,
 ) -> KStepMemory:
-    """``env`` (its responses parsed) with the prompt memory ``options`` choose.
+    """``env`` (its responses parsed) with the prompt memory ``options`` choose, its prompts text
+    or, with ``chat`` settings, chat messages (:mod:`hgpo_env.prompting.chat`).
 
     ``history_length`` is K: the steps the window shows, the steps a compaction keeps verbatim,
     and for every kind the keys' levels 0..K (under ``notes``, which shows no past step, level 1
     holds the notes and the levels above it are 0).
     """
     common: dict[str, Any] = {"fingerprint_state": fingerprint_state, "response_format": response_format}
+    if chat is not None:
+        if options.memory != "window":
+            raise ValueError(f"prompt_format='chat' has memory='window' only so far, not {options.memory!r}")
+        return ChatMemory(
+            env,
+            history_length,
+            fingerprint_mode,
+            settings=chat,
+            tokenizer=tokenizer,
+            max_prompt_tokens=options.max_prompt_tokens,
+            **common,
+        )
     if options.memory == "notes":
         if tokenizer is not None:
             raise ValueError("memory='notes' counts no tokens: it takes no tokenizer")

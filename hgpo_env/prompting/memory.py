@@ -78,13 +78,15 @@ class PastStep(NamedTuple):
     """One remembered step: what the prompt shows of it and the key it adds to fingerprints.
 
     ``observation`` is the step's ``state_text``: the observation without headers the prompt
-    already shows once (WebShop repeats the instruction on every page).
+    already shows once (WebShop repeats the instruction on every page). ``error`` says why the
+    reply gave no valid action (chat prompts show it).
     """
 
     number: int
     observation: str
     action: str | None
     record: int
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -251,8 +253,8 @@ class KStepMemory(gym.Wrapper[str, str, str, str]):
         self._steps_taken += 1
         parsed = info["parsed_action"]
         info["action_key"] = self.fingerprinter.action(parsed)
-        record = self.fingerprinter.record(self._state, parsed)
-        past = PastStep(self._steps_taken, self._observation, parsed, record)
+        past = PastStep(self._steps_taken, self._observation, parsed, 0, info.get("parse_error"))
+        past = past._replace(record=self._record_key(past))
         self._history.append(past)
         if self.history_length:  # K = 0 shows no past step: none to lay out
             self._shown_history.append(self.template.past_step(past))
@@ -261,13 +263,21 @@ class KStepMemory(gym.Wrapper[str, str, str, str]):
     def _observe(self, obs: str, info: dict[str, Any]) -> str:
         """Render the prompt for ``obs`` and add the fingerprint keys to ``info``."""
         self._observation = info["state_text"]
-        self._state = self.fingerprinter.state(self._observation, info["admissible_actions"])
+        self._state = self._state_key(obs, info)
         prompt, info["fingerprints"], info["history_used"] = self._context(obs, info)
         info["fingerprint_mode"] = self.fingerprinter.mode
         info["turn"] = ACTION_TURN
         if self.measured_against_window:
             info["window_prompt"] = self.window_prompt(obs, info)
         return prompt
+
+    def _state_key(self, obs: str, info: dict[str, Any]) -> int:
+        """Level 0 of the prompt for ``obs``: the state's key."""
+        return self.fingerprinter.state(info["state_text"], info["admissible_actions"])
+
+    def _record_key(self, past: PastStep) -> int:
+        """The key a remembered step adds to the levels above it."""
+        return self.fingerprinter.record(self._state, past.action)
 
     def window_prompt(self, obs: str, info: dict[str, Any]) -> str:
         """The prompt ``memory="window"`` would show for ``obs`` now, the last K steps: what the

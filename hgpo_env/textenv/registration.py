@@ -22,6 +22,8 @@ from typing import Any
 import gymnasium as gym
 
 from hgpo_env.prompting.actions import ParseResponse
+from hgpo_env.prompting.calling import ParseToolCall
+from hgpo_env.prompting.chat import PROMPT_FORMATS, ChatSettings
 from hgpo_env.prompting.kinds import MemoryOptions, wrap_memory
 from hgpo_env.prompting.memory import DEFAULT_HISTORY_LENGTH, Tokenizer
 from hgpo_env.textenv.adapter import TextAdapter, TextEnvSpec, adapt
@@ -92,6 +94,10 @@ def make_agent_env(
     response_format: str = "think_action",
     require_think: bool = False,
     tokenizer: Tokenizer | None = None,
+    prompt_format: str = "text",
+    call_format: str = "hermes",
+    chat_template: str = "",
+    chat_template_kwargs: dict[str, Any] | None = None,
     **kwargs: Any,
 ) -> gym.Env[str, str]:
     """Build a text env and wrap it with the response parser and the prompt memory.
@@ -101,6 +107,11 @@ def make_agent_env(
     among ``kwargs`` (``memory``, ``compact_every``, ...) choose the memory kind
     (:func:`~hgpo_env.prompting.kinds.wrap_memory`); the rest (``max_steps``, ``success_reward``,
     env-specific options) go to the env.
+
+    ``prompt_format="chat"`` makes prompts chat messages (:mod:`hgpo_env.prompting.chat`);
+    ``chat_template`` and ``chat_template_kwargs`` name what the policy renders them with (keys
+    of different templates never meet). ``response_format="tool_call"`` (chat only) reads the
+    reply's tool call in ``call_format`` (:mod:`hgpo_env.prompting.tool_calls`).
     """
     common = {
         "history_length": history_length,
@@ -108,7 +119,22 @@ def make_agent_env(
         "fingerprint_state": fingerprint_state,
         "response_format": response_format,
     }
-    check_argument_types(make_agent_env, {**common, "require_think": require_think})
+    check_argument_types(
+        make_agent_env,
+        {
+            **common,
+            "require_think": require_think,
+            "prompt_format": prompt_format,
+            "call_format": call_format,
+            "chat_template": chat_template,
+        },
+    )
+    if prompt_format not in PROMPT_FORMATS:
+        raise ValueError(f"prompt_format must be one of {PROMPT_FORMATS}, got {prompt_format!r}")
+    if response_format == "tool_call" and prompt_format != "chat":
+        raise ValueError(
+            "response_format='tool_call' needs prompt_format='chat' (tools are rendered by a chat template)"
+        )
     check_argument_types(
         MemoryOptions, {f.name: kwargs[f.name] for f in fields(MemoryOptions) if f.name in kwargs}
     )
@@ -118,8 +144,14 @@ def make_agent_env(
         check_argument_types(cls.__init__, kwargs)
     with extra_hint(getattr(cls, "__module__", "").rpartition(".")[0]):
         text_env = cls(**kwargs)
-    parsed = ParseResponse(text_env, response_format, require_think=require_think)
-    return wrap_memory(parsed, options, tokenizer=tokenizer, **common)
+    if response_format == "tool_call":
+        parsed: gym.Env[str, Any] = ParseToolCall(text_env, call_format)
+    else:
+        parsed = ParseResponse(text_env, response_format, require_think=require_think)
+    chat = None
+    if prompt_format == "chat":
+        chat = ChatSettings(chat_template, dict(chat_template_kwargs or {}), call_format)
+    return wrap_memory(parsed, options, tokenizer=tokenizer, chat=chat, **common)
 
 
 def register_envs() -> None:

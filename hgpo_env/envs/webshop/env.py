@@ -41,6 +41,7 @@ from hgpo_env.envs.webshop.site import (
     Site,
 )
 from hgpo_env.envs.webshop.sources import SMALL, load_catalog
+from hgpo_env.prompting.calling import ToolSet, one_argument_tool
 from hgpo_env.textenv.core import TextEnv
 
 SEARCH_PLACEHOLDER = "search[<your query>]"
@@ -88,6 +89,16 @@ class WebShopEnv(TextEnv):
         "a button, open a product or choose an option; click[Buy Now] buys the open product with the "
         "chosen options and ends the episode."
     )
+    agent_tools = ToolSet(
+        (
+            one_argument_tool("search", "Search the store (on the search page).", "query", "The keywords."),
+            one_argument_tool(
+                "click", "Press a button, open a product or choose an option.", "target", "Its label."
+            ),
+        ),
+        {"search": ("query", "search[{}]"), "click": ("target", "click[{}]")},
+    )
+    """The tools of ``response_format="tool_call"``: ``search(query)`` and ``click(target)``."""
 
     def __init__(
         self,

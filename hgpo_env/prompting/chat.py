@@ -1,0 +1,245 @@
+"""Chat prompts (``prompt_format="chat"``): the window as the messages a chat template renders,
+and keys of exactly those messages.
+
+A prompt is a system message (the env's intro, the task, how to answer), then each remembered
+step as real turns (its observation, then the agent's reply as an assistant message), then the
+current observation with its admissible actions. An observation answering a tool call is a tool
+message answering that call; any other is a user message, so every window has a user query.
+Past replies are shown as the canonical reply of the command the step executed
+(``history_replies="action"``, as the paper's memory shows actions): no reasoning, a call's
+arguments as canonical JSON and its id counted back from the current turn (``call_1`` is the
+last), so equal histories render equal prompts. A reply that gave no valid action is shown as
+``(no valid action)`` and the next observation starts with why.
+
+Keys follow the text format's chain (:mod:`hgpo_env.contract.fingerprint`), over what the
+messages hold: level 0 hashes a digest of the template settings and the tools (the salt), the
+system text and the current observation's text; each shown step adds a record of its
+observation, its reply message and its error. The roles and call ids follow from those, so two
+prompts of the same level-k window are equal exactly when their level-k keys are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+from hgpo_env.contract.info import env_attribute
+from hgpo_env.prompting.calling import ToolSet
+from hgpo_env.prompting.memory import NO_ACTION, KStepMemory, PastStep, action_reply
+from hgpo_env.prompting.tool_calls import canonical_json
+
+PROMPT_FORMATS = ("text", "chat")
+CHAT_ANSWER_FORMATS = {
+    "think_action": (
+        "Each turn, first reason step by step about the current situation inside <think> </think> "
+        "tags. Then choose exactly one admissible action and write it inside <action> </action> tags."
+    ),
+    "plain": "Each turn, reply with exactly one admissible action and nothing else.",
+    "tool_call": (
+        "Each turn, act by calling exactly one tool; its result is your next observation. "
+        "Use one of the admissible actions listed with the observation."
+    ),
+}
+FREE_FORM_CHAT_ANSWER_FORMATS = {
+    "think_action": (
+        "Each turn, first reason step by step about the current situation inside <think> </think> "
+        "tags. Then write your next command inside <action> </action> tags."
+    ),
+    "plain": "Each turn, reply with your next command and nothing else.",
+    "tool_call": "Each turn, act by calling exactly one tool; its result is your next observation.",
+}
+
+
+class Messages(gym.spaces.Space[list]):
+    """The observation space of chat prompts: lists of messages, each a mapping with a ``role``
+    among system, user, assistant and tool and a text ``content``."""
+
+    ROLES = ("system", "user", "assistant", "tool")
+
+    def __init__(self) -> None:
+        super().__init__(dtype=None)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, list) and all(
+            isinstance(m, Mapping) and m.get("role") in self.ROLES and isinstance(m.get("content"), str)
+            for m in x
+        )
+
+    def sample(self, mask: Any = None, probability: Any = None) -> list[dict[str, Any]]:
+        return [{"role": "user", "content": ""}]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Messages)
+
+
+@dataclass(frozen=True)
+class ChatStep:
+    """One remembered step as turns show it: its observation, the reply shown for it (an
+    assistant message without call ids) and, for an invalid reply, why."""
+
+    observation: str
+    reply: Mapping[str, Any]
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ChatLayout:
+    """Lays out chat prompts as :class:`~hgpo_env.prompting.memory.PromptTemplate` lays out text:
+    :meth:`past_step` once per step, :meth:`layout` once per prompt. ``tool_set`` is the env's
+    tools under ``response_format="tool_call"`` (None otherwise)."""
+
+    intro: str
+    answer_format: str
+    response_format: str = "think_action"
+    list_actions: bool = True
+    tool_set: ToolSet | None = None
+
+    def past_step(self, past: PastStep) -> ChatStep:
+        """How the prompt shows one remembered step: the canonical reply of its command."""
+        if past.action is None:
+            return ChatStep(past.observation, {"role": "assistant", "content": NO_ACTION}, past.error)
+        if self.tool_set is None:
+            reply = action_reply(past.action, self.response_format)
+            return ChatStep(past.observation, {"role": "assistant", "content": reply})
+        call = self.tool_set.call(past.action)
+        function = {"name": call.name, "arguments": call.arguments}
+        return ChatStep(past.observation, {"role": "assistant", "content": "", "tool_calls": [function]})
+
+    def system(self, task: str, carried: Sequence[str] = ()) -> str:
+        """The system message's text: the intro, the task, what a memory kind carries, the answer format."""
+        return "\n".join([self.intro, f"Your task is to: {task}", *carried, self.answer_format])
+
+    def current(self, observation: str, admissible_actions: Sequence[str]) -> str:
+        """The current observation's text, with its admissible actions."""
+        if not self.list_actions:
+            return observation
+        return "\n".join(
+            [observation, "Admissible actions:", *[f"- {action}" for action in admissible_actions]]
+        )
+
+    def layout(
+        self,
+        task: str,
+        steps_taken: int,
+        shown_history: Sequence[ChatStep],
+        observation: str,
+        admissible_actions: Sequence[str],
+        carried: Sequence[str] = (),
+    ) -> list[dict[str, Any]]:
+        """The messages of a prompt (``steps_taken`` is not shown: turns show the order)."""
+        messages: list[dict[str, Any]] = [{"role": "system", "content": self.system(task, carried)}]
+        answering: tuple[str, str] | None = None  # the call (id, tool) the next observation answers
+        error: str | None = None
+        for back, step in zip(range(len(shown_history), 0, -1), shown_history):
+            messages.append(observation_message(step.observation, answering, error))
+            reply, answering, error = dict(step.reply), None, step.error
+            if "tool_calls" in reply:
+                call_id = f"call_{back}"
+                reply["tool_calls"] = [
+                    {"id": call_id, "type": "function", "function": f} for f in reply["tool_calls"]
+                ]
+                answering = (call_id, reply["tool_calls"][0]["function"]["name"])
+            messages.append(reply)
+        messages.append(observation_message(self.current(observation, admissible_actions), answering, error))
+        return messages
+
+
+def observation_message(text: str, answering: tuple[str, str] | None, error: str | None) -> dict[str, Any]:
+    """An observation's message: a tool message answering the call ``answering`` (its id and
+    tool), else a user message; after an invalid reply, it starts with why."""
+    content = f"Error: {error}\n{text}" if error else text
+    if answering is None:
+        return {"role": "user", "content": content}
+    return {"role": "tool", "tool_call_id": answering[0], "name": answering[1], "content": content}
+
+
+def rendered_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The messages' texts joined: what a token budget counts (the template's markup aside)."""
+    parts = [str(message.get("content") or "") for message in messages]
+    parts += [canonical_json(call) for message in messages for call in message.get("tool_calls", ())]
+    return "\n".join(parts)
+
+
+@dataclass(frozen=True)
+class ChatSettings:
+    """What the policy's chat template renders with, pinned by the env so keys can name it:
+    the template's text (or a name for it), its keyword settings (``enable_thinking``, a date
+    string) and the call format replies are parsed in."""
+
+    chat_template: str = ""
+    template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    call_format: str = "hermes"
+
+    def digest(self, tools: Sequence[Mapping[str, Any]]) -> str:
+        """A digest of the settings and the tools' schemas: the salt of every chat key."""
+        settings = [self.chat_template, dict(self.template_kwargs), self.call_format, list(tools)]
+        return hashlib.sha256(canonical_json(settings).encode()).hexdigest()
+
+
+class ChatMemory(KStepMemory):
+    """The window as chat messages (``prompt_format="chat"``): observations are message lists,
+    ``info`` gains ``tools`` (the schemas, empty unless replies are tool calls) and
+    ``chat_template_kwargs`` (the settings the env pins), and keys hash what the messages hold
+    (this module's docstring)."""
+
+    def __init__(
+        self,
+        env: gym.Env[str, Any],
+        history_length: int,
+        fingerprint_mode: str = "observations_actions",
+        *,
+        response_format: str = "think_action",
+        settings: ChatSettings = ChatSettings(),
+        **kwargs: Any,
+    ) -> None:
+        if fingerprint_mode != "observations_actions":
+            raise ValueError(
+                "prompt_format='chat' shows every reply: its keys need fingerprint_mode='observations_actions'"
+            )
+        if kwargs.get("fingerprint_state", "text") != "text":
+            raise ValueError(
+                "prompt_format='chat' keys the current observation with its admissible list: fingerprint_state must be 'text'"
+            )
+        free_form = bool(env_attribute(env, "free_form", False))
+        answers = FREE_FORM_CHAT_ANSWER_FORMATS if free_form else CHAT_ANSWER_FORMATS
+        if response_format not in answers:
+            raise ValueError(f"response_format must be one of {tuple(answers)}, got {response_format!r}")
+        tool_set = env_attribute(env, "tool_set", None) if response_format == "tool_call" else None
+        layout = ChatLayout(
+            env_attribute(env, "prompt_intro"),
+            answers[response_format],
+            response_format,
+            not free_form,
+            tool_set,
+        )
+        super().__init__(
+            env, history_length, fingerprint_mode, template=layout, response_format=response_format, **kwargs
+        )  # type: ignore[arg-type]
+        self.settings = settings
+        self.tools = tool_set.schemas() if tool_set is not None else []
+        self._salt = settings.digest(self.tools)
+        self.observation_space = Messages()
+
+    def _state_key(self, obs: str, info: dict[str, Any]) -> int:
+        layout: ChatLayout = self.template  # type: ignore[assignment]
+        current = layout.current(obs, info["admissible_actions"])
+        return self.fingerprinter.fields("chat-state", self._salt, layout.system(info["task"]), current)
+
+    def _record_key(self, past: PastStep) -> int:
+        step: ChatStep = self.template.past_step(past)  # type: ignore[assignment]
+        return self.fingerprinter.fields(
+            "chat-step", step.observation, canonical_json(step.reply), step.error or ""
+        )
+
+    def _observe(self, obs: str, info: dict[str, Any]) -> Any:
+        prompt = super()._observe(obs, info)
+        info["tools"] = self.tools
+        info["chat_template_kwargs"] = dict(self.settings.template_kwargs)
+        return prompt
+
+    def _too_long(self, prompt: Any) -> bool:
+        return super()._too_long(rendered_text(prompt))

@@ -1,0 +1,240 @@
+"""Chat prompts (``prompt_format="chat"``) and tool calls (``response_format="tool_call"``)
+through ``gymnasium.make``: well-formed turns, keys of exactly what the messages hold, the parse
+status of every reply in ``info``."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+
+import gymnasium as gym
+import pytest
+
+import hgpo_env  # noqa: F401  (registers the ids)
+from hgpo_env.envs.webshop.env import WebShopEnv
+from hgpo_env.prompting.calling import ACT_TOOLS
+from hgpo_env.prompting.chat import Messages
+from hgpo_env.prompting.tool_calls import ToolCall
+from hgpo_env.textenv.core import TextEnv
+from hgpo_env.textenv.registration import make_agent_env
+
+K = 3
+
+
+def hermes(command: str) -> str:
+    return f'<tool_call>\n{{"name": "act", "arguments": {{"command": {json.dumps(command)}}}}}\n</tool_call>'
+
+
+def random_reply(rng: random.Random, info: dict, response_format: str) -> str:
+    """An admissible command most of the time; otherwise a reply without an action, or a
+    command the env rejects without a change (its next observation is that of ``look``: two
+    histories then differ by a reply alone)."""
+    command = rng.choice([*info["admissible_actions"], "xyzzy"])
+    if rng.random() < 0.2:
+        return "I am not sure."
+    if response_format == "tool_call":
+        return f"<think>{rng.random()}</think>\n{hermes(command)}"
+    return f"<think>{rng.random()}</think><action>{command}</action>"
+
+
+def play(
+    history_length: int, response_format: str, episodes: int = 8, env_id: str = "HGPO-Rooms-v0", **kwargs
+):
+    """(prompt, info) of every step of ``episodes`` seeded Rooms episodes, the replies drawn by a
+    seeded random policy: the same for every ``history_length``. Two tasks, four policies:
+    episodes meet at every level (e and e + 4 are the same) and part ways at some."""
+    env = gym.make(
+        env_id,
+        prompt_format="chat",
+        response_format=response_format,
+        history_length=history_length,
+        max_steps=8,
+        **kwargs,
+    )
+    steps = []
+    for episode in range(episodes):
+        rng = random.Random(episode % 4)
+        prompt, info = env.reset(seed=episode % 2)
+        done = False
+        while not done:
+            steps.append((prompt, info))
+            prompt, _, terminated, truncated, info = env.step(random_reply(rng, info, response_format))
+            done = terminated or truncated
+    return steps
+
+
+@pytest.mark.parametrize("response_format", ["tool_call", "think_action"])
+def test_every_prompt_is_well_formed_turns(response_format):
+    for prompt, _ in play(K, response_format):
+        assert Messages().contains(prompt)
+        assert prompt[0]["role"] == "system" and "Your task is to:" in prompt[0]["content"]
+        assert any(m["role"] == "user" for m in prompt)  # every window has a user query
+        assert prompt[-1]["role"] in ("user", "tool") and "Admissible actions:" in prompt[-1]["content"]
+        for before, message in itertools.pairwise(prompt):
+            calls = before.get("tool_calls", [])
+            if message["role"] == "tool":  # answers the call just before it, never an orphan
+                assert [c["id"] for c in calls] == [message["tool_call_id"]]
+                assert calls[0]["function"]["name"] == message["name"]
+            elif calls:
+                assert message["role"] == "tool", prompt
+        ids = [c["id"] for m in prompt for c in m.get("tool_calls", [])]
+        assert ids == sorted(ids, reverse=True) and len(set(ids)) == len(ids)
+        for message in prompt:
+            if message["role"] == "assistant":  # past replies show the action only
+                assert "<think>" not in message["content"] and "I am not" not in message["content"]
+
+
+@pytest.mark.parametrize(
+    ("env_id", "response_format"),
+    [("HGPO-Rooms-v0", "tool_call"), ("HGPO-Rooms-v0", "plain")],
+)
+def test_level_k_keys_are_equal_exactly_when_window_k_prompts_are(env_id, response_format):
+    """Level k of a K-step prompt is the key of the prompt a k-step window shows: equal keys for
+    equal prompts, different keys for different ones, over replayed episodes."""
+    full = play(K, response_format, env_id=env_id)
+    for k in range(K + 1):
+        window = play(k, response_format, env_id=env_id)
+        assert len(window) == len(full)
+        by_key: dict[int, str] = {}
+        for (prompt, info), (_, full_info) in zip(window, full):
+            key = info["fingerprints"][k] if info["history_used"] >= k else None
+            if key is None:
+                continue
+            assert full_info["fingerprints"][k] == key  # the K-step prompt's level k
+            text = json.dumps(prompt, sort_keys=True)
+            assert by_key.setdefault(key, text) == text, f"level {k}: one key, two prompts"
+        texts = {json.dumps(p, sort_keys=True) for (p, i) in window if i["history_used"] >= k}
+        assert len(texts) == len(by_key), f"level {k}: one prompt, two keys"
+        assert len(by_key) < sum(1 for _, i in window if i["history_used"] >= k)  # prompts did meet
+
+
+def test_keys_of_other_templates_or_tools_never_meet():
+    def first_keys(**kwargs):
+        env = gym.make("HGPO-Rooms-v0", prompt_format="chat", **kwargs)
+        return env.reset(seed=0)[1]["fingerprints"]
+
+    plain = first_keys()
+    assert first_keys() == plain
+    assert first_keys(chat_template="{{ messages }}")[0] != plain[0]
+    assert first_keys(chat_template_kwargs={"enable_thinking": False})[0] != plain[0]
+    assert first_keys(response_format="tool_call")[0] != plain[0]
+    text = gym.make("HGPO-Rooms-v0").reset(seed=0)[1]["fingerprints"]
+    assert text[0] != plain[0]
+
+
+def test_tool_call_replies_step_the_env_and_say_their_status():
+    env = gym.make("HGPO-Rooms-v0", prompt_format="chat", response_format="tool_call", history_length=2)
+    prompt, info = env.reset(seed=0)
+    assert info["tools"] == ACT_TOOLS.schemas() and info["chat_template_kwargs"] == {}
+    command = info["admissible_actions"][0]
+    message = {
+        "role": "assistant",
+        "tool_calls": [
+            {
+                "id": "x",
+                "type": "function",
+                "function": {"name": "act", "arguments": json.dumps({"command": command})},
+            }
+        ],
+    }
+    prompt, _, _, _, info = env.step(message)  # what a server with a tool parser returns
+    assert info["parse"] == "ok" and info["action_valid"] and info["parsed_action"] == command
+    assert info["tool_call"] == ToolCall("act", {"command": command})
+    state = info["state_text"]
+    prompt, _, _, _, info = env.step('<tool_call>{"name": "fly", "arguments": {}}</tool_call>')
+    assert info["parse"] == "unknown_tool" and not info["action_valid"] and info["parsed_action"] is None
+    assert info["state_text"] == state  # the env took no action
+    assert prompt[-1]["role"] == "user" and prompt[-1]["content"].startswith(
+        "Error: unknown_tool: no tool 'fly'"
+    )
+    assert prompt[-2] == {"role": "assistant", "content": "(no valid action)"}
+    prompt, _, _, _, info = env.step(hermes("go nowhere"))
+    assert info["parse"] == "ok" and not info["action_valid"]  # a call the env rejects
+    assert prompt[-2]["tool_calls"][0]["function"]["arguments"] == {"command": "go nowhere"}
+
+
+def test_webshop_tools_map_to_its_commands_and_back():
+    tools = WebShopEnv.agent_tools
+    for command in ("search[red shoes size 9]", "click[Buy Now]", "click[b0815]"):
+        assert tools.command(tools.call(command)) == command
+    assert tools.call("search[x]") == ToolCall("search", {"query": "x"})
+    assert tools.command(ToolCall("click", {"target": "  Buy   Now "})) == "click[Buy Now]"
+    with pytest.raises(ValueError, match="no tool of"):
+        tools.call("go north")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"prompt_format": "messages"}, "prompt_format must be one of"),
+        ({"response_format": "tool_call"}, "needs prompt_format='chat'"),
+        ({"prompt_format": "chat", "memory": "notes"}, "memory='window' only so far"),
+        (
+            {"prompt_format": "chat", "fingerprint_mode": "observations"},
+            "fingerprint_mode='observations_actions'",
+        ),
+        (
+            {"prompt_format": "chat", "response_format": "tool_call", "call_format": "mistral"},
+            "call_format must be one of",
+        ),
+        ({"prompt_format": "chat", "response_format": "json"}, "response_format must be one of"),
+    ],
+)
+def test_bad_input_is_one_line(kwargs, message):
+    with pytest.raises(ValueError, match=message) as error:
+        gym.make("HGPO-Rooms-v0", **kwargs)
+    assert "\n" not in str(error.value)
+
+
+class WhiteRoom(TextEnv):
+    """Every command leaves the room as it is, and both tasks start there: prompts differ only
+    by the task, the replies and the errors shown."""
+
+    env_family = "white-room"
+    prompt_intro = "You are in a white room."
+    num_tasks = 2
+
+    def __init__(self) -> None:
+        super().__init__(max_steps=10)
+
+    def _start_task(self, task_id: int) -> str:
+        self._count = 3 + task_id
+        return "A white room."
+
+    def _apply(self, command: str) -> str:
+        return "A white room."
+
+    @property
+    def admissible_actions(self) -> list[str]:
+        return ["wait", "sing"]
+
+    @property
+    def task(self) -> str:
+        return f"count to {self._count}"
+
+    @property
+    def won(self) -> bool:
+        return False
+
+
+def test_prompts_apart_by_a_task_a_reply_or_an_error_have_apart_keys():
+    """Each case differs from the others in one thing the observations do not show; its prompt
+    differs, and so does its key at the level that shows the difference."""
+    cases = [
+        (0, ["wait", "wait"]),
+        (1, ["wait", "wait"]),  # another task: the system text differs
+        (0, ["wait", "sing"]),  # a reply differs
+        (0, ["wait", '<tool_call>{"name": "fly"}</tool_call>']),  # shown as (no valid action)...
+        (0, ["wait", "<tool_call>{]</tool_call>"]),  # ...as this one is, but why differs
+    ]
+    env = make_agent_env(WhiteRoom, prompt_format="chat", response_format="tool_call", history_length=2)
+    seen = []
+    for task, replies in cases:
+        prompt, info = env.reset(options={"task_id": task})
+        for reply in replies:
+            prompt, *_, info = env.step(reply if reply.startswith("<") else hermes(reply))
+        seen.append((task, json.dumps(prompt), info["fingerprints"]))
+    for (task, prompt, keys), (other_task, other_prompt, other_keys) in itertools.combinations(seen, 2):
+        assert prompt != other_prompt and keys[2] != other_keys[2]
+        assert (keys[0] == other_keys[0]) == (task == other_task)  # level 0: the system text and the room
