@@ -26,7 +26,16 @@ def hermes(command: str) -> str:
     return f'<tool_call>\n{{"name": "act", "arguments": {{"command": {json.dumps(command)}}}}}\n</tool_call>'
 
 
-def random_reply(rng: random.Random, info: dict, response_format: str) -> str:
+def call_of(command: str, call_format: str) -> str:
+    """The reply that calls ``act(command)`` as models of ``call_format`` write it."""
+    if call_format == "llama3":
+        return json.dumps({"name": "act", "parameters": {"command": command}})
+    if call_format == "qwen_xml":
+        return f"<tool_call>\n<function=act>\n<parameter=command>\n{command}\n</parameter>\n</function>\n</tool_call>"
+    return hermes(command)
+
+
+def random_reply(rng: random.Random, info: dict, response_format: str, call_format: str = "hermes") -> str:
     """An admissible command most of the time; otherwise a reply without an action, or a
     command the env rejects without a change (its next observation is that of ``look``: two
     histories then differ by a reply alone)."""
@@ -34,7 +43,7 @@ def random_reply(rng: random.Random, info: dict, response_format: str) -> str:
     if rng.random() < 0.2:
         return "I am not sure."
     if response_format == "tool_call":
-        return f"<think>{rng.random()}</think>\n{hermes(command)}"
+        return f"<think>{rng.random()}</think>\n{call_of(command, call_format)}"
     return f"<think>{rng.random()}</think><action>{command}</action>"
 
 
@@ -59,7 +68,8 @@ def play(
         done = False
         while not done:
             steps.append((prompt, info))
-            prompt, _, terminated, truncated, info = env.step(random_reply(rng, info, response_format))
+            reply = random_reply(rng, info, response_format, kwargs.get("call_format", "hermes"))
+            prompt, _, terminated, truncated, info = env.step(reply)
             done = terminated or truncated
     return steps
 
