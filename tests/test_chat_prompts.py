@@ -18,6 +18,8 @@ from hgpo_env.prompting.chat import Messages
 from hgpo_env.prompting.tool_calls import ToolCall
 from hgpo_env.textenv.core import TextEnv
 from hgpo_env.textenv.registration import make_agent_env
+from hgpo_env.tools.audit import audit_env
+from hgpo_env.tools.check import check_env_health
 
 K = 3
 
@@ -248,3 +250,14 @@ def test_prompts_apart_by_a_task_a_reply_or_an_error_have_apart_keys():
     for (task, prompt, keys), (other_task, other_prompt, other_keys) in itertools.combinations(seen, 2):
         assert prompt != other_prompt and keys[2] != other_keys[2]
         assert (keys[0] == other_keys[0]) == (task == other_task)  # level 0: the system text and the room
+
+
+def test_the_health_check_and_the_audit_play_chat_envs_by_tool_calls():
+    chat = {"prompt_format": "chat", "response_format": "tool_call", "call_format": "qwen_xml"}
+    report = check_env_health("HGPO-Rooms-v0", chat, groups=2, group_size=2, max_steps=8)
+    assert report.ok, report.format()
+    assert report.levels[1].repeated > 0  # keys meet across a group's episodes
+    audit = audit_env("HGPO-Rooms-v0", chat, episodes=8, group_size=4, max_steps=8, history_length=2)
+    plain = audit_env("HGPO-Rooms-v0", None, episodes=8, group_size=4, max_steps=8, history_length=2)
+    assert audit.format().count("\n") == plain.format().count("\n")  # a full report, steps valid
+    assert "invalid          0.000" in audit.format()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from test_chat_prompts import play
 
-from hgpo_env.prompting.tool_calls import ToolCall, parse_tool_call
+from hgpo_env.prompting.tool_calls import ToolCall, parse_tool_call, write_call
 
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
 FAMILIES = {  # template file -> the call format its models write, the settings the env pins
@@ -72,8 +72,8 @@ def test_every_prompt_renders_with_its_tools_and_observation(family):
 
 
 def test_a_rendered_call_parses_back_to_the_call_and_the_next_turn_extends_the_prompt(family):
-    """What the template writes for a past call is what the parser reads: the turn the prompt
-    opened, extended by the assistant's call, is the same text rendered as history."""
+    """What the template writes for a past call is what the parser reads and what a constrained
+    reply samples: the turn the prompt opened, extended by the call, is the history's text."""
     _, tokenizer, call_format, steps = family
     checked = 0
     for prompt, info in steps:
@@ -89,6 +89,7 @@ def test_a_rendered_call_parses_back_to_the_call_and_the_next_turn_extends_the_p
             function = prompt[end]["tool_calls"][0]["function"]
             parsed = parse_tool_call(reply, [tool_of(info)], call_format)
             assert parsed.call == ToolCall(function["name"], function["arguments"]), reply
+            assert reply == write_call(parsed.call, call_format)  # what a constrained reply samples
             checked += 1
     assert checked > 20
 

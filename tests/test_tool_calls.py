@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from hgpo_env.prompting.tool_calls import PARSE_STATUSES, Tool, ToolCall, parse_tool_call, split_reasoning
+from hgpo_env.prompting.tool_calls import (
+    CALL_FORMATS,
+    PARSE_STATUSES,
+    Tool,
+    ToolCall,
+    parse_tool_call,
+    split_reasoning,
+    write_call,
+)
 
 ACT = Tool(
     "act",
@@ -262,3 +270,23 @@ def test_bad_input_is_one_line():
         Tool("act", "", {"type": "string"})
     with pytest.raises(ValueError, match="a tool name is"):
         Tool("go north", "")
+
+
+@pytest.mark.parametrize("call_format", CALL_FORMATS)
+@pytest.mark.parametrize(
+    "call",
+    [GO, ToolCall("scroll", {"pages": 2, "down": False}), ToolCall("act", {"command": 'say "hé" {x}'})],
+)
+def test_a_written_call_parses_back(call, call_format):
+    assert parse_tool_call(write_call(call, call_format), TOOLS, call_format).call == call
+
+
+def test_written_calls_are_golden():
+    assert (
+        write_call(GO, "hermes")
+        == '<tool_call>\n{"name": "act", "arguments": {"command": "go north"}}\n</tool_call>'
+    )
+    assert write_call(GO, "llama3") == '{"name": "act", "parameters": {"command": "go north"}}'
+    assert write_call(GO, "qwen_xml") == (
+        "<tool_call>\n<function=act>\n<parameter=command>\ngo north\n</parameter>\n</function>\n</tool_call>"
+    )

@@ -187,6 +187,31 @@ def test_rooms_iteration_checkpoint_exact_resume_and_eval(tmp_path, capsys):
     assert "eval.panel HGPO-WebShop-v0.test is HGPO-WebShop-v0 test" in capsys.readouterr().err
 
 
+def test_chat_prompts_and_tool_calls_train_on_the_sampled_tokens(tmp_path):
+    """``prompt_format: chat``, ``response_format: tool_call``: each prompt is rendered once by
+    the policy's template (tools, past calls, tool messages) and trained as sampled; what is
+    trained is the reply (one admissible call, constrained) and its end-of-turn token."""
+    chat = ["env.prompt_format=chat", "env.response_format=tool_call", "generation.max_new_tokens=48"]
+    trainer = _trainer("rooms", tmp_path, ROOMS + chat + ["train.iterations=1"])
+    try:
+        result = _one_iteration_checks(trainer)
+        batch, tokenizer = result.batch, trainer.tokenizer
+        assert result.metrics["rollout/invalid_rate"] == 0.0
+        calls = 0
+        for prompt_ids, response_ids, step in zip(batch.prompt_ids, batch.response_ids, batch.step):
+            prompt = tokenizer.decode(prompt_ids)
+            assert prompt.startswith('<|im_start|>tools\n{"type": "function", "function": {"name": "act"')
+            assert prompt.endswith("<|im_end|>\n<|im_start|>assistant\n") and "Admissible actions:" in prompt
+            calls += prompt.count("</tool_call>")
+            assert ("<|im_start|>tool\n" in prompt) == (step > 0)  # an observation answers each past call
+            reply = tokenizer.decode(response_ids)
+            assert reply.startswith('<tool_call>\n{"name": "act", "arguments": {"command": "')
+            assert reply.endswith("}}\n</tool_call><|im_end|>") and reply.count("<|im_end|>") == 1
+        assert calls > 0
+    finally:
+        trainer.close()
+
+
 def test_g2po_trains_an_iteration(tmp_path):
     trainer = _trainer("rooms", tmp_path, ROOMS + ["advantage.estimator=g2po", "train.iterations=1"])
     try:

@@ -30,7 +30,7 @@ import gymnasium as gym
 from hgpo_env.contract.info import env_attribute
 from hgpo_env.prompting.calling import ToolSet
 from hgpo_env.prompting.memory import NO_ACTION, KStepMemory, PastStep, action_reply
-from hgpo_env.prompting.tool_calls import canonical_json
+from hgpo_env.prompting.tool_calls import canonical_json, write_call
 
 PROMPT_FORMATS = ("text", "chat")
 CHAT_ANSWER_FORMATS = {
@@ -239,6 +239,10 @@ class ChatMemory(KStepMemory):
         prompt = super()._observe(obs, info)
         info["tools"] = self.tools
         info["chat_template_kwargs"] = dict(self.settings.template_kwargs)
+        layout: ChatLayout = self.template  # type: ignore[assignment]
+        if layout.tool_set is not None and info["admissible_actions"]:  # for constrained decoding
+            calls = [layout.tool_set.call(action) for action in info["admissible_actions"]]
+            info["admissible_replies"] = [write_call(call, self.settings.call_format) for call in calls]
         return prompt
 
     def _too_long(self, prompt: Any) -> bool:

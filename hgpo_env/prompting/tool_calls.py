@@ -135,6 +135,22 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
+def write_call(call: ToolCall, call_format: str = "hermes") -> str:
+    """``call`` as models of ``call_format`` write it, and as their templates render it: what a
+    reply choosing ``call`` from a list (constrained decoding) samples."""
+    if call_format == "hermes":
+        return f"<tool_call>\n{json.dumps({'name': call.name, 'arguments': call.arguments}, ensure_ascii=False)}\n</tool_call>"
+    if call_format == "llama3":
+        return json.dumps({"name": call.name, "parameters": call.arguments}, ensure_ascii=False)
+    if call_format == "qwen_xml":
+        parameters = "".join(
+            f"<parameter={name}>\n{value if isinstance(value, str) else json.dumps(value)}\n</parameter>\n"
+            for name, value in call.arguments.items()
+        )
+        return f"<tool_call>\n<function={call.name}>\n{parameters}</function>\n</tool_call>"
+    raise ValueError(f"call_format must be one of {CALL_FORMATS}, got {call_format!r}")
+
+
 def parse_tool_call(
     reply: str | Mapping[str, Any] | Any,
     tools: Iterable[Tool],

@@ -28,6 +28,7 @@ import gymnasium as gym
 import numpy as np
 
 from hgpo_env.contract.milestones import MILESTONES_KEY
+from hgpo_env.prompting.calling import command_reply
 from hgpo_env.prompting.memory import SUMMARY_TURN
 from hgpo_env.tools.check import group_start_problem, policy_command
 from hgpo_env.tools.transitions import aliased_visits, history_keys, merging
@@ -189,7 +190,7 @@ def _play_episode(
         visits.fingerprints.append(tuple(info["fingerprints"]))
         visits.state_text.append(str(info.get("state_text", "")))
         visits.past.append(past[-SHOWN_STEPS:])
-        _, _, terminated, truncated, info = env.step(command)
+        _, _, terminated, truncated, info = env.step(command_reply(env, command))
         visits.command.append(command)
         visits.action_key.append(int(info["action_key"]))
         visits.next_state.append(int(info["fingerprints"][0]))

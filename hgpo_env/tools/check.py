@@ -24,6 +24,7 @@ from typing import Any
 import gymnasium as gym
 
 from hgpo_env.contract.info import RESET_KEYS, STEP_KEYS
+from hgpo_env.prompting.calling import command_reply
 from hgpo_env.prompting.memory import DEFAULT_HISTORY_LENGTH
 from hgpo_env.textenv.adapter import TextAdapter
 from hgpo_env.textenv.core import TextEnv
@@ -146,7 +147,7 @@ def _play(
     info = reset_info
     for t in range(max_steps if commands is None else len(commands)):
         command = policy(info) if commands is None else commands[t]
-        prompt, reward, terminated, truncated, info = env.step(command)
+        prompt, reward, terminated, truncated, info = env.step(command_reply(env, command))
         sent.append(command)
         infos.append(info)
         trace.append((prompt, float(reward), terminated, truncated, info["fingerprints"]))

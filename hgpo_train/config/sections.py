@@ -112,8 +112,16 @@ class EnvConfig(Section):
     """What level-k keys hash: states and actions (what the prompt shows) or states only (released HGPO)."""
     fingerprint_state: Literal["text", "text_and_actions"] = "text"
     """What a state key hashes: ``state_text``, or that and the sorted admissible actions (GraphGPO's ALFWorld nodes)."""
-    response_format: Literal["think_action", "plain"] = "think_action"
-    """``think_action``: <think>...</think><action>...</action>; ``plain``: the response is the command."""
+    prompt_format: Literal["text", "chat"] = "text"
+    """``text``: one prompt string, wrapped as a user message; ``chat``: the window as messages,
+    rendered once by the policy's chat template (docs/environments/chat.md)."""
+    response_format: Literal["think_action", "plain", "tool_call"] = "think_action"
+    """``think_action``: <think>...</think><action>...</action>; ``plain``: the response is the
+    command; ``tool_call`` (chat only): a call of the env's tool in ``call_format``."""
+    call_format: Literal["hermes", "qwen_xml", "llama3"] = "hermes"
+    """How the policy writes a tool call: Qwen2.5/Qwen3 JSON, Qwen3.5 XML or Llama 3.1 JSON."""
+    chat_template_kwargs: dict[str, Any] = {}
+    """Settings the chat template renders with, pinned for the run (``enable_thinking``, ``date_string``)."""
     protocol: Literal["strict", "verl-agent"] = "strict"
     """Response rules: ``strict`` (ours) or ``verl-agent`` (the papers' ALFWorld and WebShop; docs/environments/index.md)."""
     max_steps: PositiveInt = 50

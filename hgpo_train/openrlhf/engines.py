@@ -19,6 +19,7 @@ import ray
 
 from hgpo_train.config import GenerationConfig
 from hgpo_train.openrlhf.process_env import FP32_VAR
+from hgpo_train.rollout.episodes import Prompt
 from hgpo_train.rollout.generation import (
     CHOICES_PROCESSOR,
     Generation,
@@ -75,7 +76,7 @@ class EngineGenerator(RequestGenerator):
         return [output.outputs[0] for output in ray.get(refs)]
 
     def submit(
-        self, prompt: str, admissible: Sequence[str] | None, temperature: float | None, group: int
+        self, prompt: Prompt, admissible: Sequence[str] | None, temperature: float | None, group: int
     ) -> Future[Generation]:
         """Start one prompt's generation on the engine of its task group (per-episode agent
         loops, :mod:`hgpo_train.rollout.agent_loop`): the engine batches it with whatever else it runs."""

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from typing import Any, NamedTuple, Protocol, Self, get_args
 
 from hgpo_train.config import AgentLoop
-from hgpo_train.rollout.episodes import EnvPool, Episode, EpisodeRecorder, Generation, Generator, R
+from hgpo_train.rollout.episodes import EnvPool, Episode, EpisodeRecorder, Generation, Generator, Prompt, R
 
 AGENT_LOOPS: tuple[str, ...] = get_args(AgentLoop)
 
@@ -35,7 +35,7 @@ its env's task group, for engines that keep a group's shared prefix in one cache
 
 class RequestSubmitter(Protocol):
     def submit(
-        self, prompt: str, admissible: Sequence[str] | None, temperature: float | None, group: int
+        self, prompt: Prompt, admissible: Sequence[str] | None, temperature: float | None, group: int
     ) -> Future[Generation]: ...
 
 
@@ -82,7 +82,7 @@ def play_agent_loops(
 
 class _Request(NamedTuple):
     future: Future[Generation]
-    prompt: str
+    prompt: Prompt
     admissible: Sequence[str] | None
     temperature: float | None
 
@@ -104,7 +104,7 @@ class MicroBatcher:
         self._thread.start()
 
     def submit(
-        self, prompt: str, admissible: Sequence[str] | None, temperature: float | None, group: int = 0
+        self, prompt: Prompt, admissible: Sequence[str] | None, temperature: float | None, group: int = 0
     ) -> Future[Generation]:
         future: Future[Generation] = Future()
         with self._ready:
@@ -187,7 +187,7 @@ def _asking(
     replies: Callable[[dict[str, Any]], Sequence[str]] | None,
     temperature: float | None,
 ) -> Submit[Generation]:
-    def submit(prompt: str, info: dict[str, Any], group: int) -> Future[Generation]:
+    def submit(prompt: Prompt, info: dict[str, Any], group: int) -> Future[Generation]:
         admissible = replies(info) if replies is not None else None
         return target.submit(prompt, admissible, temperature, group)
 

@@ -121,6 +121,13 @@ def _env_kwargs(env: EnvConfig, tokenizer: Any, overrides: Mapping[str, Any]) ->
         **env.kwargs,
         **overrides,
     }
+    if env.prompt_format == "chat":  # the template's text goes into the keys' salt
+        kwargs.update(
+            prompt_format="chat",
+            call_format=env.call_format,
+            chat_template=getattr(tokenizer, "chat_template", None) or "",
+            chat_template_kwargs=dict(env.chat_template_kwargs),
+        )
     if env.max_prompt_tokens is not None:
         kwargs.update(tokenizer=tokenizer, max_prompt_tokens=env.max_prompt_tokens)
     if env.compact_at_tokens is not None:

@@ -32,6 +32,30 @@ class EnvPool(Protocol):
     def step(self, actions: Mapping[int, str]) -> list[StepResult]: ...
 
 
+@dataclass(frozen=True)
+class ChatPrompt:
+    """A chat prompt (``prompt_format="chat"``) with what renders it: the env's messages, its
+    tools' schemas and the template settings it pins (``info["tools"]``,
+    ``info["chat_template_kwargs"]``). Rendered once, when its step is sampled."""
+
+    messages: tuple[Mapping[str, Any], ...]
+    tools: tuple[Mapping[str, Any], ...] = ()
+    template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, observation: str | Sequence[Mapping[str, Any]], info: Mapping[str, Any]) -> str | ChatPrompt:
+        """The prompt of an env's observation: its text, or its messages and their rendering."""
+        if isinstance(observation, str):
+            return observation
+        return cls(
+            tuple(observation), tuple(info.get("tools") or ()), dict(info.get("chat_template_kwargs") or {})
+        )
+
+
+Prompt = str | ChatPrompt
+"""What a policy is asked: a text prompt (wrapped as one user message) or a chat prompt."""
+
+
 OUTCOMES = ("won", "lost", "truncated", "env_error")
 """How a rollout ends: its task solved; ended by the env without a win; cut by the step limit (or
 the env's own); cut by a failure of the env or its worker."""
@@ -63,7 +87,7 @@ class Progress(NamedTuple):
 class EpisodeStep(Generic[R]):
     """One step of an episode: the prompt the env wrote, its fingerprints, the response, the outcome."""
 
-    prompt: str
+    prompt: Prompt
     fingerprints: tuple[int, ...]
     """The fingerprints that came with ``prompt`` (level 0..K)."""
     response: R
@@ -116,7 +140,7 @@ class EpisodeRecorder(Generic[R]):
     step did. ``prompts[i]`` / ``infos[i]`` are env ``i``'s current prompt and its info."""
 
     def __init__(self, resets: Sequence[ResetResult]) -> None:
-        self.prompts = {r.env_index: r.obs for r in resets}
+        self.prompts = {r.env_index: ChatPrompt.of(r.obs, r.info) for r in resets}
         self.infos = {r.env_index: r.info for r in resets}
         self.groups = {r.env_index: r.group for r in resets}
         self._episodes = {
@@ -145,7 +169,7 @@ class EpisodeRecorder(Generic[R]):
                 info.get("window_prompt"),
             )
         )
-        self.prompts[i], self.infos[i] = result.obs, result.info
+        self.prompts[i], self.infos[i] = ChatPrompt.of(result.obs, result.info), result.info
         if result.done:
             episode.won = bool(result.info.get("won", False))
             episode.score = float(result.info.get("score", 0.0))
@@ -175,7 +199,7 @@ class Generation:
 class Generator(Protocol):
     def generate(
         self,
-        prompts: Sequence[str],
+        prompts: Sequence[Prompt],
         admissible: Sequence[Sequence[str]] | None = None,
         temperature: float | None = None,
     ) -> list[Generation]: ...

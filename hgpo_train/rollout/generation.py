@@ -35,7 +35,7 @@ from hgpo_train.rollout.constrained import (
     slot_vocabulary,
     split_slot,
 )
-from hgpo_train.rollout.episodes import Generation
+from hgpo_train.rollout.episodes import ChatPrompt, Generation, Prompt
 
 CHOICES_PROCESSOR = "hgpo_train.rollout.vllm_choices:ChoiceTrieProcessor"
 """The vLLM logits processor of constrained decoding (named, so vllm is imported by vLLM only)."""
@@ -61,10 +61,21 @@ class PromptEncoder:
         self.end_id = end_token_id(tokenizer)
         self._choice_cache: dict[str, Choice] = {}
 
-    def prompt_ids(self, prompt: str) -> list[int]:
-        text = self.tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
-        )
+    def prompt_ids(self, prompt: Prompt) -> list[int]:
+        """The ids of ``prompt`` rendered by the chat template, ready for the reply: a text prompt
+        as one user message, a chat prompt with its tools and settings."""
+        if isinstance(prompt, ChatPrompt):
+            text = self.tokenizer.apply_chat_template(
+                [dict(message) for message in prompt.messages],
+                tools=[dict(tool) for tool in prompt.tools] or None,
+                add_generation_prompt=True,
+                tokenize=False,
+                **prompt.template_kwargs,
+            )
+        else:
+            text = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+            )
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def choices(self, replies: Sequence[str]) -> Choices:
@@ -130,7 +141,7 @@ class HFGenerator:
     @torch.no_grad()
     def generate(
         self,
-        prompts: Sequence[str],
+        prompts: Sequence[Prompt],
         admissible: Sequence[Sequence[str]] | None = None,
         temperature: float | None = None,
     ) -> list[Generation]:
@@ -235,7 +246,7 @@ class VLLMRequest:
 def vllm_requests(
     encoder: PromptEncoder,
     config: GenerationConfig,
-    prompts: Sequence[str],
+    prompts: Sequence[Prompt],
     admissible: Sequence[Sequence[str]] | None,
     temperature: float | None,
     max_len: int | None = None,
@@ -286,7 +297,7 @@ class RequestGenerator:
 
     def generate(
         self,
-        prompts: Sequence[str],
+        prompts: Sequence[Prompt],
         admissible: Sequence[Sequence[str]] | None = None,
         temperature: float | None = None,
     ) -> list[Generation]:

@@ -11,6 +11,7 @@ random weights. Both are saved with ``save_pretrained`` and loaded back by the t
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import shutil
 import tempfile
@@ -22,10 +23,14 @@ from hgpo_env.tools.check import PROBES
 from hgpo_train.config import EnvConfig, TinyModelConfig, load_config
 
 CHAT_TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    "{% if tools %}<|im_start|>tools\n{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}<|im_end|>\n{% endif %}"
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}"
+    "{% for call in message.tool_calls or [] %}<tool_call>\n"
+    '{"name": "{{ call.function.name }}", "arguments": {{ call.function.arguments | tojson }}}\n</tool_call>'
+    "{% endfor %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-"""Qwen's ChatML layout, so tiny and real Qwen models see prompts of the same shape."""
+"""Qwen's ChatML layout, so tiny and real Qwen models see prompts of the same shape; tools and
+calls as Qwen2.5 writes them (``call_format: hermes``)."""
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 
 
@@ -35,6 +40,7 @@ def env_corpus(env: EnvConfig, episodes: int, seed: int = 0) -> tuple[list[str],
     import gymnasium as gym
 
     import hgpo_env  # noqa: F401  (registers the HGPO-* ids)
+    from hgpo_env.prompting.chat import rendered_text
     from hgpo_env.prompting.memory import action_reply
     from hgpo_train.rollout.constrained import reply_choices
 
@@ -43,11 +49,13 @@ def env_corpus(env: EnvConfig, episodes: int, seed: int = 0) -> tuple[list[str],
     memory = env.memory_kwargs
     if memory.get("memory") == "compaction" and "compact_every" not in memory:
         memory["compact_every"] = env.history_length + 1  # compaction by tokens needs this tokenizer
+    chat = {"prompt_format": "chat", "call_format": env.call_format} if env.prompt_format == "chat" else {}
     made = gym.make(
         env.env_id,
         history_length=env.history_length,
         response_format=env.response_format,
         max_steps=env.max_steps,
+        **chat,
         **memory,
         **env.kwargs,
     )
@@ -58,13 +66,17 @@ def env_corpus(env: EnvConfig, episodes: int, seed: int = 0) -> tuple[list[str],
             done = False
             while not done:
                 response = rng.choice(reply_choices(info, env.response_format) or probes)
-                texts.append(f"user\n{prompt}\nassistant\n{response}")
+                shown = prompt if isinstance(prompt, str) else rendered_text(prompt)
+                texts.append(f"user\n{shown}\nassistant\n{response}")
                 prompt, _, terminated, truncated, info = made.step(response)
                 done = terminated or truncated
         template = made.get_wrapper_attr("template")
+        tools = [
+            json.dumps(tool, ensure_ascii=False) for tool in info.get("tools", ())
+        ]  # as CHAT_TEMPLATE shows them
     finally:
         made.close()
-    return texts, [template.intro, template.answer_format]
+    return texts, [template.intro, template.answer_format, *tools]
 
 
 def train_tokenizer(corpus: Iterable[str], vocab_size: int, phrases: Sequence[str] = ()) -> Any:
