@@ -152,7 +152,7 @@ def test_tool_call_replies_step_the_env_and_say_their_status():
     }
     prompt, _, _, _, info = env.step(message)  # what a server with a tool parser returns
     assert info["parse"] == "ok" and info["action_valid"] and info["parsed_action"] == command
-    assert info["tool_call"] == ToolCall("act", {"command": command})
+    assert info["tool_call"] == {"name": "act", "arguments": {"command": command}}
     state = info["state_text"]
     prompt, _, _, _, info = env.step('<tool_call>{"name": "fly", "arguments": {}}</tool_call>')
     assert info["parse"] == "unknown_tool" and not info["action_valid"] and info["parsed_action"] is None

@@ -21,6 +21,7 @@ from websockets.sync.client import connect
 
 import hgpo_env  # noqa: F401  (registers the ids)
 from hgpo_env.contract.milestones import MILESTONES_KEY, SIGNATURE_KEY
+from hgpo_env.prompting.tool_calls import ToolCall, write_call
 from hgpo_env.serve.client import HGPOEnvClient, RemoteEnv
 from hgpo_env.serve.wire import HGPOAction
 from hgpo_env.vector import GroupedEnvPool, PoolError
@@ -106,6 +107,24 @@ def test_remote_env_matches_gym_make_including_info(rooms_server):
             assert isinstance(answer[-1][MILESTONES_KEY], tuple) and SIGNATURE_KEY in answer[-1]
     finally:
         remote.close()
+
+
+def test_a_served_chat_env_sends_messages_and_takes_tool_calls():
+    """The operator serves chat prompts and tool calls (env arguments are the operator's)."""
+    chat = {"history_length": 2, "prompt_format": "chat", "response_format": "tool_call"}
+    with running_server("HGPO-Rooms-v0", *[f"{key}={value}" for key, value in chat.items()]) as (url, _):
+        remote, local = RemoteEnv([url]), gym.make("HGPO-Rooms-v0", **chat)
+        try:
+            prompt, info = remote.reset(seed=1, options={"task_id": 10_009})
+            assert (prompt, info) == local.reset(seed=1, options={"task_id": 10_009})
+            assert prompt[0]["role"] == "system" and info["tools"][0]["function"]["name"] == "act"
+            expert = write_call(ToolCall("act", {"command": local.unwrapped.expert_action()}))
+            for reply in [expert, "no call"]:
+                answer = remote.step(reply)
+                assert answer == local.step(reply)
+            assert answer[-1]["parse"] == "no_call" and answer[0][-1]["content"].startswith("Error: no_call")
+        finally:
+            remote.close()
 
 
 BAD = [

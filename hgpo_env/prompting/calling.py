@@ -73,8 +73,9 @@ class ParseToolCall(gym.Wrapper[str, Any, str, str]):
     """Accepts a raw reply or an OpenAI assistant message and steps the text env with the
     command its single tool call stands for (:func:`~hgpo_env.prompting.tool_calls.parse_tool_call`).
 
-    ``info`` gains ``parse`` (the status), ``tool_call`` (the call, or for ``bad_args`` the tool
-    named with no arguments; None otherwise), ``parsed_action`` and, for an invalid reply,
+    ``info`` gains ``parse`` (the status), ``tool_call`` (the call as ``{"name", "arguments"}``,
+    or for ``bad_args`` the tool named with no arguments; None otherwise), ``parsed_action`` and,
+    for an invalid reply,
     ``parse_error``. A reply that is not one valid call spends a step as the strict text protocol
     does: the env receives an empty command it rejects, and ``action_valid`` is false.
     """
@@ -108,7 +109,8 @@ class ParseToolCall(gym.Wrapper[str, Any, str, str]):
         parsed = self.parse(action)
         command = self.tool_set.command(parsed.call) if parsed.ok and parsed.call is not None else None
         obs, reward, terminated, truncated, info = self.env.step(command or "")
-        info.update(parse=parsed.status, tool_call=parsed.call, parsed_action=command)
+        call = None if parsed.call is None else {"name": parsed.call.name, "arguments": parsed.call.arguments}
+        info.update(parse=parsed.status, tool_call=call, parsed_action=command)
         info["action_valid"] = parsed.ok and info["action_valid"]
         if not parsed.ok:
             info["parse_error"] = f"{parsed.status}: {parsed.detail}"

@@ -34,7 +34,9 @@ class HGPOAction(Action):
 class HGPOObservation(Observation):
     """The prompt for the next response; ``metadata`` holds the ``info`` contract (see module)."""
 
-    prompt: str = Field(default="", description="the full LLM prompt the K-step memory wrote")
+    prompt: str | list[dict[str, Any]] = Field(
+        default="", description="the full LLM prompt the K-step memory wrote: text, or chat messages"
+    )
 
 
 def _jsonable(value: Any) -> Any:
