@@ -465,7 +465,15 @@ def test_the_audit_finds_the_window_forgetting_and_faithful_memories_sound():
     window = audit()
     assert not window.levels[2].sound and "no level up to K = 2 tells them apart" in window.verdict
     assert audit(memory="notes").levels[1].sound
-    assert audit(memory="compaction", compact_every=2).levels[2].sound
+    compaction = audit(memory="compaction", compact_every=2)
+    assert compaction.levels[2].sound and not window.summary_levels
+    # an action's successor is the env's next observation, not the summary turn after it: the
+    # levels that show the same steps alias as the window's do
+    assert [(level.visits, level.aliased_share) for level in compaction.levels[:2]] == [
+        (level.visits, level.aliased_share) for level in window.levels[:2]
+    ]
+    assert compaction.summary_levels[0].visits > 0  # summary turns, audited on their own keys
+    assert "summary turns, on their own keys:" in compaction.format()
 
 
 def test_the_memory_options_travel_as_one_checked_value():

@@ -74,6 +74,10 @@ class AuditReport:
     episodes: int = 0
     steps: int = 0
     levels: list[LevelAudit] = field(default_factory=list)
+    summary_levels: list[LevelAudit] = field(default_factory=list)
+    """The summary turns of a memory kind that has them (``memory="compaction"``), audited apart
+    on their own keys: a summary turn is no env step, and an action's successor is the env's next
+    observation, whatever turns come between."""
     merging: dict[str, float] = field(default_factory=dict)
     """At level 0: ``eligible_share`` (visits at a key where two or more actions were taken), and
     over those ``rollouts_k0`` / ``rollouts_closure`` (mean share of the group's rollouts whose
@@ -87,7 +91,7 @@ class AuditReport:
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
-        for level in out["levels"]:
+        for level in out["levels"] + out["summary_levels"]:
             level["aliased_interval"] = list(level["aliased_interval"])
         return out
 
@@ -97,11 +101,10 @@ class AuditReport:
             f"{self.env_id}: {played} ({self.policy} policy, seed {self.seed}, K = {self.history_length})",
             "level  visits  aliased  95% interval",
         ]
-        for level in self.levels:
-            low, high = level.aliased_interval
-            lines.append(
-                f"{level.level:>5}  {level.visits:>6}  {level.aliased_share:7.3f}  [{low:.3f}, {high:.3f}]"
-            )
+        lines += [_level_line(level) for level in self.levels]
+        if self.summary_levels:
+            lines.append("summary turns, on their own keys:")
+            lines += [_level_line(level) for level in self.summary_levels]
         m = self.merging
         lines.append(
             f"merging at level 0: {m['eligible_share']:.2f} of visits at keys with 2+ actions; of those, "
@@ -127,6 +130,11 @@ class AuditReport:
         return "\n".join(lines)
 
 
+def _level_line(level: LevelAudit) -> str:
+    low, high = level.aliased_interval
+    return f"{level.level:>5}  {level.visits:>6}  {level.aliased_share:7.3f}  [{low:.3f}, {high:.3f}]"
+
+
 def _short(text: str, limit: int = 100) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -145,6 +153,8 @@ class _Visits:
     command: list[str] = field(default_factory=list)
     next_text: list[str] = field(default_factory=list)
     past: list[tuple[str, ...]] = field(default_factory=list)
+    summary: list[bool] = field(default_factory=list)
+    """Per row, whether it is a summary turn (its prompt asked for a summary, not a command)."""
     flags: list[tuple[int, ...]] = field(default_factory=list)
     """Per observation (resets included) of an env with milestones, its flags."""
     reached: list[tuple[bool, ...]] = field(default_factory=list)
@@ -177,14 +187,17 @@ def _play_episode(
             f"the env could not reset (task {task_id}): {type(error).__name__}: {error}"
         ) from None
     reset_info, past, flags, step = info, (), [info.get(MILESTONES_KEY)], 0
+    waiting: list[int] = []  # actions whose successor, the env's next observation, a summary turn hides
     while step < max_steps:  # env steps: a summary turn is none
         if not info.get("admissible_actions"):
             raise AuditError(
                 f"the env offers no admissible actions (task {task_id}, step {step}): the audit's policy "
                 "picks among them (--policy expert plays the env's expert where it has one)"
             )
-        step += info.get("turn") != SUMMARY_TURN
+        summary = info.get("turn") == SUMMARY_TURN
+        step += not summary
         command = choose(env, info)
+        visits.summary.append(summary)
         visits.group.append(group)
         visits.rollout.append(rollout)
         visits.fingerprints.append(tuple(info["fingerprints"]))
@@ -195,6 +208,13 @@ def _play_episode(
         visits.action_key.append(int(info["action_key"]))
         visits.next_state.append(int(info["fingerprints"][0]))
         visits.next_text.append(str(info.get("state_text", "")))
+        if not summary:
+            waiting.append(len(visits.next_state) - 1)
+        if info.get("turn") != SUMMARY_TURN:  # the env's observation is shown: it is their successor
+            for row in waiting:
+                visits.next_state[row] = int(info["fingerprints"][0])
+                visits.next_text[row] = str(info.get("state_text", ""))
+            waiting = []
         past = (*past, command)
         flags.append(info.get(MILESTONES_KEY))
         if terminated or truncated:
@@ -276,25 +296,13 @@ def audit_env(
 
 
 def _measure(report: AuditReport, visits: _Visits, rng: np.random.Generator) -> None:
-    group = np.array(visits.group, dtype=np.int64)
-    rollout = np.array(visits.rollout, dtype=np.int64)
-    fingerprints = np.array(visits.fingerprints, dtype=np.uint64).reshape(len(group), -1)
-    actions = np.array(visits.action_key, dtype=np.uint64)
-    successors = np.array(visits.next_state, dtype=np.uint64)
-    histories = history_keys(rollout, fingerprints[:, 0], actions)
-    for k in range(fingerprints.shape[1]):
-        keys = fingerprints[:, k]
-        aliased = aliased_visits(group, keys, actions, histories, successors)
-        shown = keys != 0
-        report.levels.append(
-            LevelAudit(
-                k,
-                int(shown.sum()),
-                float(aliased.sum() / shown.sum()) if shown.any() else 0.0,
-                _interval(group, aliased, shown, rng),
-                _example(visits, group, keys, actions, histories, successors, aliased),
-            )
-        )
+    """The levels of the action turns and, apart, of the summary turns; merging over the actions."""
+    summary = np.array(visits.summary, dtype=bool)
+    rows = np.flatnonzero(~summary)
+    group, rollout, fingerprints, actions, _ = _columns(visits, rows)
+    report.levels = _levels(visits, rows, rng)
+    summaries = _levels(visits, np.flatnonzero(summary), rng) if summary.any() else []
+    report.summary_levels = [level for level in summaries if level.visits]  # the levels they show
     met = merging(group, rollout, fingerprints[:, 0], actions)
     eligible = met.eligible
     report.merging = {
@@ -305,6 +313,33 @@ def _measure(report: AuditReport, visits: _Visits, rng: np.random.Generator) -> 
         "all_rollouts_closure": _mean_over(met.reached == 1, eligible),
     }
     report.verdict = _verdict(report)
+
+
+def _columns(visits: _Visits, rows: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Task group, rollout, fingerprints, action key and successor of ``rows``."""
+    fingerprints = np.array(visits.fingerprints, dtype=np.uint64).reshape(len(visits.group), -1)
+    return (
+        np.array(visits.group, dtype=np.int64)[rows],
+        np.array(visits.rollout, dtype=np.int64)[rows],
+        fingerprints[rows],
+        np.array(visits.action_key, dtype=np.uint64)[rows],
+        np.array(visits.next_state, dtype=np.uint64)[rows],
+    )
+
+
+def _levels(visits: _Visits, rows: np.ndarray, rng: np.random.Generator) -> list[LevelAudit]:
+    """Each level's aliasing over ``rows``, their histories made of those rows alone."""
+    group, rollout, fingerprints, actions, successors = _columns(visits, rows)
+    histories = history_keys(rollout, fingerprints[:, 0], actions)
+    levels = []
+    for k in range(fingerprints.shape[1]):
+        keys = fingerprints[:, k]
+        aliased = aliased_visits(group, keys, actions, histories, successors)
+        shown = keys != 0
+        example = _example(visits, rows, keys, actions, histories, successors, aliased)
+        share = float(aliased.sum() / shown.sum()) if shown.any() else 0.0
+        levels.append(LevelAudit(k, int(shown.sum()), share, _interval(group, aliased, shown, rng), example))
+    return levels
 
 
 def _mean_over(values: np.ndarray, rows: np.ndarray) -> float:
@@ -328,7 +363,7 @@ def _interval(
 
 def _example(
     visits: _Visits,
-    group: np.ndarray,
+    rows: np.ndarray,
     keys: np.ndarray,
     actions: np.ndarray,
     histories: np.ndarray,
@@ -338,14 +373,12 @@ def _example(
     """Two visits that show the aliasing: one key and action, two histories, two successors."""
     if not aliased.any():
         return None
+    group = np.array(visits.group, dtype=np.int64)[rows]
     i = int(np.flatnonzero(aliased)[0])
     same = (group == group[i]) & (keys == keys[i]) & (actions == actions[i])
     j = int(np.flatnonzero(same & (histories != histories[i]) & (successors != successors[i]))[0])
-    return {
-        "key": visits.state_text[i],
-        "action": visits.command[i],
-        "sides": [{"history": list(visits.past[r]), "successor": visits.next_text[r]} for r in (i, j)],
-    }
+    sides = [{"history": list(visits.past[r]), "successor": visits.next_text[r]} for r in (rows[i], rows[j])]
+    return {"key": visits.state_text[rows[i]], "action": visits.command[rows[i]], "sides": sides}
 
 
 def _verdict(report: AuditReport) -> str:
