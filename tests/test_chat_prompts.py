@@ -191,6 +191,8 @@ def test_webshop_tools_map_to_its_commands_and_back():
             "call_format must be one of",
         ),
         ({"prompt_format": "chat", "response_format": "json"}, "response_format must be one of"),
+        ({"prompt_format": "chat", "history_replies": "raw"}, "history_replies must be one of"),
+        ({"history_replies": "content"}, "history_replies is an option of prompt_format='chat'"),
     ],
 )
 def test_bad_input_is_one_line(kwargs, message):
@@ -261,3 +263,43 @@ def test_the_health_check_and_the_audit_play_chat_envs_by_tool_calls():
     plain = audit_env("HGPO-Rooms-v0", None, episodes=8, group_size=4, max_steps=8, history_length=2)
     assert audit.format().count("\n") == plain.format().count("\n")  # a full report, steps valid
     assert "invalid          0.000" in audit.format()
+
+
+@pytest.mark.parametrize(
+    ("history_replies", "shown"),
+    [
+        ("action", {"role": "assistant", "content": "", "tool_calls": "go south"}),
+        ("content", {"role": "assistant", "content": "South it is.", "tool_calls": "go south"}),
+        ("verbatim", {"role": "assistant", "content": "<think>hm</think>South it is.\n{call}"}),
+    ],
+)
+def test_past_replies_are_shown_as_the_env_chooses(history_replies, shown):
+    env = gym.make(
+        "HGPO-Rooms-v0", prompt_format="chat", response_format="tool_call", history_replies=history_replies
+    )
+    env.reset(seed=0)
+    call = hermes("go south")
+    prompt, *_, info = env.step(f"<think>hm</think>South it is.\n{call}")
+    assert info["parse"] == "ok"
+    reply = dict(prompt[2])
+    if "tool_calls" in shown:
+        assert [c["function"]["arguments"]["command"] for c in reply.pop("tool_calls")] == [
+            shown["tool_calls"]
+        ]
+        shown = {k: v for k, v in shown.items() if k != "tool_calls"}
+    assert reply == {k: v.replace("{call}", call) for k, v in shown.items()}
+
+
+def test_what_a_reply_said_is_keyed_when_it_is_shown():
+    def level_1(history_replies: str, words: str) -> int:
+        env = gym.make(
+            "HGPO-Rooms-v0",
+            prompt_format="chat",
+            response_format="think_action",
+            history_replies=history_replies,
+        )
+        env.reset(seed=0)
+        return env.step(f"<think>{words}</think><action>look</action>")[-1]["fingerprints"][1]
+
+    assert level_1("action", "a") == level_1("action", "b")  # the reasoning is never shown
+    assert level_1("verbatim", "a") != level_1("verbatim", "b")

@@ -8,8 +8,9 @@ message answering that call; any other is a user message, so every window has a 
 Past replies are shown as the canonical reply of the command the step executed
 (``history_replies="action"``, as the paper's memory shows actions): no reasoning, a call's
 arguments as canonical JSON and its id counted back from the current turn (``call_1`` is the
-last), so equal histories render equal prompts. A reply that gave no valid action is shown as
-``(no valid action)`` and the next observation starts with why.
+last), so equal histories render equal prompts; ``"content"`` and ``"verbatim"`` show more
+(:data:`HISTORY_REPLIES`). A reply that gave no valid action is shown as ``(no valid action)``
+and the next observation starts with why.
 
 Keys follow the text format's chain (:mod:`hgpo_env.contract.fingerprint`), over what the
 messages hold: level 0 hashes a digest of the template settings and the tools (the salt), the
@@ -21,6 +22,8 @@ prompts of the same level-k window are equal exactly when their level-k keys are
 from __future__ import annotations
 
 import hashlib
+import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,9 +33,13 @@ import gymnasium as gym
 from hgpo_env.contract.info import env_attribute
 from hgpo_env.prompting.calling import ToolSet
 from hgpo_env.prompting.memory import NO_ACTION, KStepMemory, PastStep, action_reply
-from hgpo_env.prompting.tool_calls import canonical_json, write_call
+from hgpo_env.prompting.tool_calls import ToolCall, canonical_json, split_reasoning, write_call
 
 PROMPT_FORMATS = ("text", "chat")
+HISTORY_REPLIES = ("action", "content", "verbatim")
+"""How past replies are shown: the canonical reply of the command executed (the paper's memory,
+no reasoning: equal histories render equally); what the reply said outside its reasoning and its
+call, with the call canonical; or the reply as written (groups above level 0 then rarely share)."""
 CHAT_ANSWER_FORMATS = {
     "think_action": (
         "Each turn, first reason step by step about the current situation inside <think> </think> "
@@ -97,17 +104,49 @@ class ChatLayout:
     response_format: str = "think_action"
     list_actions: bool = True
     tool_set: ToolSet | None = None
+    history_replies: str = "action"
+    call_format: str = "hermes"
 
     def past_step(self, past: PastStep) -> ChatStep:
-        """How the prompt shows one remembered step: the canonical reply of its command."""
+        """How the prompt shows one remembered step (:data:`HISTORY_REPLIES`)."""
+        if self.history_replies == "verbatim":
+            return ChatStep(
+                past.observation, {"role": "assistant", "content": self.written(past.reply)}, past.error
+            )
         if past.action is None:
-            return ChatStep(past.observation, {"role": "assistant", "content": NO_ACTION}, past.error)
+            said = self.said(past.reply) if self.history_replies == "content" else ""
+            return ChatStep(past.observation, {"role": "assistant", "content": said or NO_ACTION}, past.error)
         if self.tool_set is None:
             reply = action_reply(past.action, self.response_format)
+            if self.history_replies == "content":
+                reply = self.said(past.reply) or reply
             return ChatStep(past.observation, {"role": "assistant", "content": reply})
         call = self.tool_set.call(past.action)
         function = {"name": call.name, "arguments": call.arguments}
-        return ChatStep(past.observation, {"role": "assistant", "content": "", "tool_calls": [function]})
+        said = self.said(past.reply) if self.history_replies == "content" else ""
+        return ChatStep(past.observation, {"role": "assistant", "content": said, "tool_calls": [function]})
+
+    def written(self, reply: Any) -> str:
+        """The reply as the model wrote it: the text, or an assistant message's content and its
+        calls as the call format writes them."""
+        if isinstance(reply, str):
+            return reply
+        message = reply.model_dump() if hasattr(reply, "model_dump") else dict(reply or {})
+        calls = [call.get("function", call) for call in message.get("tool_calls") or ()]
+        return "\n".join(
+            [message.get("content") or "", *(written_call(call, self.call_format) for call in calls)]
+        ).strip()
+
+    def said(self, reply: Any) -> str:
+        """What the reply says outside its reasoning and its tool call (``history_replies="content"``)."""
+        if not isinstance(reply, str):
+            message = reply.model_dump() if hasattr(reply, "model_dump") else dict(reply or {})
+            return (message.get("content") or "").strip()
+        content = split_reasoning(reply)[1]
+        if self.tool_set is not None:
+            content = re.sub(r"<tool_call>.*?(</tool_call>|$)", "", content, flags=re.DOTALL)
+            content = "" if self.call_format == "llama3" else content
+        return content.strip()
 
     def system(self, task: str, carried: Sequence[str] = ()) -> str:
         """The system message's text: the intro, the task, what a memory kind carries, the answer format."""
@@ -146,6 +185,20 @@ class ChatLayout:
             messages.append(reply)
         messages.append(observation_message(self.current(observation, admissible_actions), answering, error))
         return messages
+
+
+def written_call(function: Mapping[str, Any], call_format: str) -> str:
+    """A parsed message's call as ``call_format`` writes it (its arguments as given when they are
+    not a JSON object)."""
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError:
+            return f"{function.get('name')}({arguments})"
+    if not isinstance(arguments, dict):
+        return f"{function.get('name')}({arguments!r})"
+    return write_call(ToolCall(str(function.get("name")), arguments), call_format)
 
 
 def observation_message(text: str, answering: tuple[str, str] | None, error: str | None) -> dict[str, Any]:
@@ -194,8 +247,11 @@ class ChatMemory(KStepMemory):
         *,
         response_format: str = "think_action",
         settings: ChatSettings = ChatSettings(),
+        history_replies: str = "action",
         **kwargs: Any,
     ) -> None:
+        if history_replies not in HISTORY_REPLIES:
+            raise ValueError(f"history_replies must be one of {HISTORY_REPLIES}, got {history_replies!r}")
         if fingerprint_mode != "observations_actions":
             raise ValueError(
                 "prompt_format='chat' shows every reply: its keys need fingerprint_mode='observations_actions'"
@@ -215,6 +271,8 @@ class ChatMemory(KStepMemory):
             response_format,
             not free_form,
             tool_set,
+            history_replies,
+            settings.call_format,
         )
         super().__init__(
             env, history_length, fingerprint_mode, template=layout, response_format=response_format, **kwargs

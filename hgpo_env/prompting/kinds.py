@@ -78,6 +78,7 @@ def wrap_memory(
     response_format: str = "think_action",
     tokenizer: Tokenizer | None = None,
     chat: ChatSettings | None = None,
+    history_replies: str = "action",
 ) -> KStepMemory:
     """``env`` (its responses parsed) with the prompt memory ``options`` choose, its prompts text
     or, with ``chat`` settings, chat messages (:mod:`hgpo_env.prompting.chat`).
@@ -95,6 +96,7 @@ def wrap_memory(
             history_length,
             fingerprint_mode,
             settings=chat,
+            history_replies=history_replies,
             tokenizer=tokenizer,
             max_prompt_tokens=options.max_prompt_tokens,
             **common,

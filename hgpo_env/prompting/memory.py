@@ -79,7 +79,7 @@ class PastStep(NamedTuple):
 
     ``observation`` is the step's ``state_text``: the observation without headers the prompt
     already shows once (WebShop repeats the instruction on every page). ``error`` says why the
-    reply gave no valid action (chat prompts show it).
+    reply gave no valid action, ``reply`` the reply as the agent gave it (chat prompts show them).
     """
 
     number: int
@@ -87,6 +87,7 @@ class PastStep(NamedTuple):
     action: str | None
     record: int
     error: str | None = None
+    reply: Any = None
 
 
 @dataclass(frozen=True)
@@ -253,7 +254,7 @@ class KStepMemory(gym.Wrapper[str, str, str, str]):
         self._steps_taken += 1
         parsed = info["parsed_action"]
         info["action_key"] = self.fingerprinter.action(parsed)
-        past = PastStep(self._steps_taken, self._observation, parsed, 0, info.get("parse_error"))
+        past = PastStep(self._steps_taken, self._observation, parsed, 0, info.get("parse_error"), action)
         past = past._replace(record=self._record_key(past))
         self._history.append(past)
         if self.history_length:  # K = 0 shows no past step: none to lay out

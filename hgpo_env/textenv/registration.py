@@ -98,6 +98,7 @@ def make_agent_env(
     call_format: str = "hermes",
     chat_template: str = "",
     chat_template_kwargs: dict[str, Any] | None = None,
+    history_replies: str = "action",
     **kwargs: Any,
 ) -> gym.Env[str, str]:
     """Build a text env and wrap it with the response parser and the prompt memory.
@@ -110,8 +111,9 @@ def make_agent_env(
 
     ``prompt_format="chat"`` makes prompts chat messages (:mod:`hgpo_env.prompting.chat`);
     ``chat_template`` and ``chat_template_kwargs`` name what the policy renders them with (keys
-    of different templates never meet). ``response_format="tool_call"`` (chat only) reads the
-    reply's tool call in ``call_format`` (:mod:`hgpo_env.prompting.tool_calls`).
+    of different templates never meet), ``history_replies`` how past replies are shown
+    (:data:`~hgpo_env.prompting.chat.HISTORY_REPLIES`). ``response_format="tool_call"`` (chat
+    only) reads the reply's tool call in ``call_format`` (:mod:`hgpo_env.prompting.tool_calls`).
     """
     common = {
         "history_length": history_length,
@@ -127,10 +129,13 @@ def make_agent_env(
             "prompt_format": prompt_format,
             "call_format": call_format,
             "chat_template": chat_template,
+            "history_replies": history_replies,
         },
     )
     if prompt_format not in PROMPT_FORMATS:
         raise ValueError(f"prompt_format must be one of {PROMPT_FORMATS}, got {prompt_format!r}")
+    if history_replies != "action" and prompt_format != "chat":
+        raise ValueError("history_replies is an option of prompt_format='chat'")
     if response_format == "tool_call" and prompt_format != "chat":
         raise ValueError(
             "response_format='tool_call' needs prompt_format='chat' (tools are rendered by a chat template)"
@@ -151,7 +156,9 @@ def make_agent_env(
     chat = None
     if prompt_format == "chat":
         chat = ChatSettings(chat_template, dict(chat_template_kwargs or {}), call_format)
-    return wrap_memory(parsed, options, tokenizer=tokenizer, chat=chat, **common)
+    return wrap_memory(
+        parsed, options, tokenizer=tokenizer, chat=chat, history_replies=history_replies, **common
+    )
 
 
 def register_envs() -> None:

@@ -8,6 +8,7 @@ over them.
 
 from __future__ import annotations
 
+import warnings
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -122,6 +123,9 @@ class EnvConfig(Section):
     """How the policy writes a tool call: Qwen2.5/Qwen3 JSON, Qwen3.5 XML or Llama 3.1 JSON."""
     chat_template_kwargs: dict[str, Any] = {}
     """Settings the chat template renders with, pinned for the run (``enable_thinking``, ``date_string``)."""
+    history_replies: Literal["action", "content", "verbatim"] = "action"
+    """How chat prompts show past replies: the command executed (the paper's memory), what the
+    reply said outside its reasoning, or the reply as written (docs/environments/chat.md)."""
     protocol: Literal["strict", "verl-agent"] = "strict"
     """Response rules: ``strict`` (ours) or ``verl-agent`` (the papers' ALFWorld and WebShop; docs/environments/index.md)."""
     max_steps: PositiveInt = 50
@@ -345,6 +349,18 @@ class Config(Section):
             raise ValueError(
                 f"update.train_summaries: false masks summary turns, which env.memory: {self.env.memory} "
                 "has none (they come with env.memory: compaction)"
+            )
+        if self.env.prompt_format != "chat" and (
+            self.env.history_replies != "action" or self.env.response_format == "tool_call"
+        ):
+            raise ValueError(
+                "env.history_replies and env.response_format: tool_call need env.prompt_format: chat"
+            )
+        if self.env.history_replies == "verbatim" and self.advantage.estimator == "hgpo":
+            warnings.warn(
+                "env.history_replies: verbatim shows each reply as sampled: steps then rarely share the "
+                "history HGPO's levels above 0 group by",
+                stacklevel=2,
             )
         if (self.env.backend == "openenv") != bool(self.env.servers):
             raise ValueError(

@@ -127,6 +127,7 @@ def _env_kwargs(env: EnvConfig, tokenizer: Any, overrides: Mapping[str, Any]) ->
             call_format=env.call_format,
             chat_template=getattr(tokenizer, "chat_template", None) or "",
             chat_template_kwargs=dict(env.chat_template_kwargs),
+            history_replies=env.history_replies,
         )
     if env.max_prompt_tokens is not None:
         kwargs.update(tokenizer=tokenizer, max_prompt_tokens=env.max_prompt_tokens)
