@@ -12,15 +12,18 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from conftest import REPO
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+import hgpo_env  # noqa: F401  (registers the ids)
 from hgpo_train.cli import main
 from hgpo_train.config import GenerationConfig
 from hgpo_train.rollout.constrained import choices_regex
+from hgpo_train.rollout.episodes import ChatPrompt
 from hgpo_train.rollout.generation import VLLMGenerator
 from hgpo_train.run.tracking import read_metrics
 from hgpo_train.update.ppo import forward_logprobs, make_micro_batch
@@ -70,6 +73,24 @@ def test_generates_from_token_ids_and_keeps_the_end_token(generator: VLLMGenerat
         assert gen.text == generator.encoder.decode(gen.response_ids)
     ended = [g for g in out if len(g.response_ids) < 13]
     assert ended and all(g.response_ids[-1] == end for g in ended)  # vLLM drops it; the policy must learn it
+
+
+def test_a_chat_prompt_is_rendered_once_with_its_tools_and_a_constrained_call_parses(generator, hf) -> None:
+    """``prompt_format="chat"``, ``response_format="tool_call"``: the engine is sent the policy's
+    template rendered over the env's messages and tools, and a constrained reply is one
+    admissible call's beginning (this engine's replies are 12 tokens at most)."""
+    env = gym.make("HGPO-Rooms-v0", prompt_format="chat", response_format="tool_call", history_length=2)
+    messages, info = env.reset(seed=0)
+    messages, *_, info = env.step(info["admissible_replies"][0])
+    [gen] = generator.generate([ChatPrompt.of(messages, info)], admissible=[info["admissible_replies"]])
+    text = hf[1].apply_chat_template(
+        messages, tools=info["tools"], add_generation_prompt=True, tokenize=False
+    )
+    assert gen.prompt_ids == hf[1](text, add_special_tokens=False)["input_ids"]
+    assert "<tool_call>" in text and "<|im_start|>tool" in text  # the past call and its result
+    # constrained to the calls' language, cut at this engine's 12 new tokens (a call is ~36)
+    assert any(reply.startswith(gen.text) for reply in info["admissible_replies"]), gen.text
+    assert gen.text.startswith("<tool_call>\n")
 
 
 def test_constrained_decoding_with_choices_and_a_slot(generator: VLLMGenerator) -> None:
