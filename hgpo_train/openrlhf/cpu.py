@@ -238,21 +238,6 @@ def fp32_strategy(original_init: Any) -> Any:
     return __init__
 
 
-def torch_adamw(original: Any) -> Any:
-    """``DeepspeedStrategy.get_ds_train_config`` with DeepSpeed's ``torch_adam`` option: its AdamW
-    is then torch's, not its FusedAdam, a C++ op DeepSpeed compiles at a run's first start on a
-    CPU (52 s of two cores); the update is AdamW either way, and a GPU run keeps its CUDA kernel."""
-
-    def get_ds_train_config(self: Any, optim_dict: dict | None = None, **kwargs: Any) -> dict:
-        config = original(self, optim_dict, **kwargs)
-        optimizer = config.get("optimizer")
-        if optimizer is not None and optimizer.get("type") == "AdamW":
-            optimizer["params"] = {**optimizer["params"], "torch_adam": True}
-        return config
-
-    return get_ds_train_config
-
-
 def no_shm_op() -> None:
     """``deepspeed.comm.torch.build_shm_op``, building nothing: DeepSpeed's shared-memory op serves
     its inference all-reduce alone (tensor-parallel inference layers), which training never calls,
@@ -272,7 +257,6 @@ def fp32_dtype(original: Any) -> Any:
 def patch_deepspeed_strategy(module: types.ModuleType) -> None:
     module.init_device_mesh = cpu_device_mesh(module.init_device_mesh)
     module.DeepspeedStrategy.__init__ = fp32_strategy(module.DeepspeedStrategy.__init__)
-    module.DeepspeedStrategy.get_ds_train_config = torch_adamw(module.DeepspeedStrategy.get_ds_train_config)
 
 
 def patch_deepspeed_comm(module: types.ModuleType) -> None:
