@@ -16,6 +16,7 @@ cd "$(dirname "$0")/.."
 BESIDE=(test_objective_cpu test_vllm_generator_cpu test_backend_cpu test_cluster_cpu)
 SLURM=test_slurm_cpu # its time limit is set once its driver trains: a busy machine only slows it
 export HGPO_CI_REPORT=${HGPO_CI_REPORT:-$(mktemp -d -t hgpo-ci-XXXXXX)}
+unset PYTHONDONTWRITEBYTECODE # installs compile nothing: imports compile once and keep it (below)
 budget() { python3 scripts/ci_report.py "$HGPO_CI_REPORT"; }
 trap budget EXIT  # after a failure too
 
@@ -52,7 +53,8 @@ trap 'kill -- -$second 2>/dev/null || true; budget' EXIT  # a failing main suite
 # (a function that timed runs does not stop at a failing command by itself: hence the &&)
 # --no-compile (here and in the setup scripts): Python compiles a module when it is first imported;
 # compiling every file at install time took most of an install (torch and transformers: 59 s
-# against 21 s)
+# against 21 s). Imports then write what they compile: a PYTHONDONTWRITEBYTECODE in the caller's
+# environment would make every process compile torch anew.
 install() {
     pip install --no-compile torch==2.13.0 &&
         # an editable build writes hgpo.egg-info into the source tree: one at a time (the second
