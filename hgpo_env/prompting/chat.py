@@ -33,7 +33,7 @@ import gymnasium as gym
 from hgpo_env.contract.info import env_attribute
 from hgpo_env.prompting.calling import ToolSet
 from hgpo_env.prompting.memory import NO_ACTION, KStepMemory, PastStep, action_reply
-from hgpo_env.prompting.tool_calls import ToolCall, canonical_json, split_reasoning, write_call
+from hgpo_env.prompting.tool_calls import ToolCall, as_message, canonical_json, split_reasoning, write_call
 
 PROMPT_FORMATS = ("text", "chat")
 HISTORY_REPLIES = ("action", "content", "verbatim")
@@ -131,7 +131,7 @@ class ChatLayout:
         calls as the call format writes them."""
         if isinstance(reply, str):
             return reply
-        message = reply.model_dump() if hasattr(reply, "model_dump") else dict(reply or {})
+        message = as_message(reply)
         calls = [call.get("function", call) for call in message.get("tool_calls") or ()]
         return "\n".join(
             [message.get("content") or "", *(written_call(call, self.call_format) for call in calls)]
@@ -140,8 +140,7 @@ class ChatLayout:
     def said(self, reply: Any) -> str:
         """What the reply says outside its reasoning and its tool call (``history_replies="content"``)."""
         if not isinstance(reply, str):
-            message = reply.model_dump() if hasattr(reply, "model_dump") else dict(reply or {})
-            return (message.get("content") or "").strip()
+            return (as_message(reply).get("content") or "").strip()
         content = split_reasoning(reply)[1]
         if self.tool_set is not None:
             content = re.sub(r"<tool_call>.*?(</tool_call>|$)", "", content, flags=re.DOTALL)

@@ -282,12 +282,18 @@ def _llama3(content: str) -> ParsedCall:
     return _call_from_object(value, ("parameters", "arguments"))
 
 
-def _from_message(message: Any) -> ParsedCall:
-    """The call of an OpenAI assistant message (a mapping, or an object with ``model_dump``)."""
-    if hasattr(message, "model_dump"):
-        message = message.model_dump()
+def as_message(reply: Any) -> Mapping[str, Any]:
+    """An OpenAI assistant message as a mapping (a pydantic one through ``model_dump``); any
+    other reply raises."""
+    message = reply.model_dump() if hasattr(reply, "model_dump") else reply
     if not isinstance(message, Mapping):
-        raise TypeError(f"a reply is a str or an assistant message (a mapping), got {type(message).__name__}")
+        raise TypeError(f"a reply is a str or an assistant message (a mapping), got {type(reply).__name__}")
+    return message
+
+
+def _from_message(reply: Any) -> ParsedCall:
+    """The call of an OpenAI assistant message."""
+    message = as_message(reply)
     calls = message.get("tool_calls") or []
     if not calls:
         reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
