@@ -127,7 +127,7 @@ def test_a_transfer_cut_short_keeps_its_part_and_the_next_run_resumes(
     started = time.monotonic()
     with pytest.raises(ConnectionError, match="run again to resume"):
         download(server, dest, None, timeout=1)  # no checksum: only the announced size can tell
-    assert time.monotonic() - started < 5 and not dest.exists()
+    assert time.monotonic() - started < 30 and not dest.exists()  # a stall ends, not waits forever
     kept = (tmp_path / "file.bin.part").stat().st_size
     assert 0 < kept < len(PAYLOAD)
     assert download(server, dest, None).read_bytes() == PAYLOAD

@@ -248,10 +248,8 @@ def test_idle_sessions_are_reclaimed_after_the_session_timeout():
 def test_sigterm_closes_sessions_and_exits():
     with running_server("HGPO-Rooms-v0") as (url, process), connect(url.replace("http", "ws") + "/ws") as ws:
         ws_request(ws, "reset", {"seed": 0})
-        started = time.monotonic()
         process.send_signal(signal.SIGTERM)
-        process.wait(20)
-        assert time.monotonic() - started < 15
+        process.wait(60)  # a server that waits on its open session never exits
         with pytest.raises(ConnectionClosed):
             ws_request(ws, "step", {"response": "look"})
 
@@ -313,11 +311,11 @@ def test_a_server_that_stops_answering_truncates_only_its_episodes_within_the_st
         running_server("HGPO-Rooms-v0", "response_format=plain") as (live, _),
         running_server("HGPO-Rooms-v0", "response_format=plain") as (hung, frozen),
         GroupedEnvPool(
-            "HGPO-Rooms-v0", 2, 2, num_workers=2, seed=0, backend="openenv", servers=[live, hung],
+            "HGPO-Rooms-v0", 6, 2, num_workers=2, seed=0, backend="openenv", servers=[live, hung],
             step_timeout=2, response_format="plain",
         ) as pool,
     ):  # fmt: skip
-        pool.reset(task_ids=[10_001, 10_002])
+        pool.reset(task_ids=list(range(10_001, 10_007)))
         frozen.send_signal(signal.SIGSTOP)  # alive but silent
         try:
             started = time.monotonic()
@@ -326,12 +324,13 @@ def test_a_server_that_stops_answering_truncates_only_its_episodes_within_the_st
         finally:
             frozen.send_signal(signal.SIGCONT)
         silent = {r.env_index for r in results if "env_error" in r.info}
-        assert silent == {i for i in range(4) if pool.worker_of(i) == 1}
+        assert silent == {i for i in range(12) if pool.worker_of(i) == 1}
         assert all(
             f"TimeoutError: {hung}: no answer to step within 2 s" in results[i].info["env_error"]
             for i in silent
         )
-        assert elapsed < 2 + 3  # the worker waits on its sessions at once: one step_timeout, not one each
+        # The worker waits on its 6 sessions at once: one step_timeout, not one each (12 s).
+        assert elapsed < 2 + 6
 
 
 def test_the_pool_takes_a_restarted_server_back_when_the_other_is_full():

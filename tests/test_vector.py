@@ -193,7 +193,8 @@ def test_hanging_step_times_out(backend: str) -> None:
         pool.reset()
         started = time.monotonic()
         hung, neighbour, other = pool.step({0: "hang", 2: "tick", 1: "tick"})
-        assert time.monotonic() - started < 15
+        # The hang lasts an hour; the bound leaves a loaded machine time to restart the worker.
+        assert time.monotonic() - started < 120
         for result in (hung, neighbour):  # env 2 shared the hung worker, which was killed
             assert result.truncated and "no answer within 1 s" in result.info["env_error"]
             assert "during env 0's step" in result.info["env_error"]
@@ -205,17 +206,17 @@ def test_hanging_step_times_out(backend: str) -> None:
 
 
 def test_hang_is_found_within_its_own_step_timeout(backend: str) -> None:
-    """One worker hosting 20 envs: the hung env costs its own timeout, not one per env."""
-    with GroupedEnvPool(PROBE, 5, 4, num_workers=1, backend=backend, step_timeout=1.0) as pool:
+    """One worker hosting 40 envs: the hung env costs its own timeout, not one per env (40 s)."""
+    with GroupedEnvPool(PROBE, 10, 4, num_workers=1, backend=backend, step_timeout=1.0) as pool:
         pool.reset()
-        actions = {i: "tick" for i in range(19)} | {19: "hang"}
+        actions = {i: "tick" for i in range(39)} | {39: "hang"}
         started = time.monotonic()
         results = pool.step(actions)
         elapsed = time.monotonic() - started
-        assert elapsed < 5, f"a hung env among 20 took {elapsed:.1f} s to be found"  # was 20 s
-        assert [r.truncated for r in results] == [False] * 19 + [True]
-        assert "during env 19's step" in results[19].info["env_error"]
-        assert [r.info["state_text"] for r in results[:19]] == ["Count 1."] * 19
+        assert elapsed < 15, f"a hung env among 40 took {elapsed:.1f} s to be found"
+        assert [r.truncated for r in results] == [False] * 39 + [True]
+        assert "during env 39's step" in results[39].info["env_error"]
+        assert [r.info["state_text"] for r in results[:39]] == ["Count 1."] * 39
         # Their episodes lived in the killed worker: each reports so on its next step.
         later = pool.step({0: "tick", 5: "tick"})
         assert all(r.truncated and "worker 0" in r.info["env_error"] for r in later)
