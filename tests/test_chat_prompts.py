@@ -14,7 +14,7 @@ import pytest
 import hgpo_env  # noqa: F401  (registers the ids)
 from hgpo_env.envs.webshop.env import WebShopEnv
 from hgpo_env.prompting.calling import ACT_TOOLS
-from hgpo_env.prompting.chat import Messages
+from hgpo_env.prompting.chat import ChatLayout, Messages
 from hgpo_env.prompting.tool_calls import ToolCall
 from hgpo_env.textenv.core import TextEnv
 from hgpo_env.textenv.registration import make_agent_env
@@ -131,6 +131,7 @@ def test_keys_of_other_templates_or_tools_never_meet():
     assert first_keys(chat_template="{{ messages }}")[0] != plain[0]
     assert first_keys(chat_template_kwargs={"enable_thinking": False})[0] != plain[0]
     assert first_keys(response_format="tool_call")[0] != plain[0]
+    assert first_keys(reasoning_open=True)[0] != plain[0]
     text = gym.make("HGPO-Rooms-v0").reset(seed=0)[1]["fingerprints"]
     assert text[0] != plain[0]
 
@@ -166,6 +167,32 @@ def test_tool_call_replies_step_the_env_and_say_their_status():
     assert prompt[-2]["tool_calls"][0]["function"]["arguments"] == {"command": "go nowhere"}
 
 
+def test_a_template_that_opens_the_reasoning_block_keeps_a_call_inside_it_from_acting():
+    """Qwen3-Thinking and DeepSeek-R1 prompts end in ``<think>``: the reply only closes it."""
+    env = gym.make("HGPO-Rooms-v0", prompt_format="chat", response_format="tool_call", reasoning_open=True)
+    _, info = env.reset(seed=0)
+    call = hermes(info["admissible_actions"][0])
+    *_, info = env.step(f"maybe {call}")  # still reasoning: a call drafted there is not made
+    assert info["parse"] == "call_in_reasoning" and info["parsed_action"] is None
+    *_, info = env.step(f"north is open.\n</think>\n\n{call}")
+    assert info["parse"] == "ok" and info["parsed_action"] is not None
+
+
+def test_in_tool_call_prompts_the_admissible_actions_are_the_calls_that_play_them():
+    layout = ChatLayout("intro", "answer", "tool_call", tool_set=WebShopEnv.agent_tools)
+    listed = layout.current("Page", ["search[<your query>]", 'click[12" frame]'])
+    assert listed.splitlines()[1:] == [
+        "Admissible actions:",
+        '- search(query="<your query>")',
+        '- click(target="12\\" frame")',
+    ]
+    env = gym.make("HGPO-Rooms-v0", prompt_format="chat", response_format="tool_call")
+    prompt, info = env.reset(seed=0)
+    shown = prompt[-1]["content"].split("Admissible actions:\n", 1)[1].splitlines()
+    assert shown == [f"- act(command={json.dumps(a)})" for a in info["admissible_actions"]]
+    assert "search[" not in WebShopEnv.prompt_intro  # the intro names no syntax: the format does
+
+
 def test_webshop_tools_map_to_its_commands_and_back():
     tools = WebShopEnv.agent_tools
     for command in ("search[red shoes size 9]", "click[Buy Now]", "click[b0815]"):
@@ -193,6 +220,7 @@ def test_webshop_tools_map_to_its_commands_and_back():
         ({"prompt_format": "chat", "response_format": "json"}, "response_format must be one of"),
         ({"prompt_format": "chat", "history_replies": "raw"}, "history_replies must be one of"),
         ({"history_replies": "content"}, "history_replies is an option of prompt_format='chat'"),
+        ({"reasoning_open": True}, "reasoning_open is an option of prompt_format='chat'"),
     ],
 )
 def test_bad_input_is_one_line(kwargs, message):

@@ -10,6 +10,7 @@ import pytest
 from test_chat_prompts import play
 
 from hgpo_env.prompting.tool_calls import ToolCall, parse_tool_call, write_call
+from hgpo_train.rollout.collect import opens_reasoning
 
 TEMPLATES = Path(__file__).parent / "data" / "chat_templates"
 FAMILIES = {  # template file -> the call format its models write, the settings the env pins
@@ -124,3 +125,17 @@ def test_the_template_files_are_whole():
     for name in FAMILIES:
         text = (TEMPLATES / f"{name}.jinja").read_text()
         assert "\r" not in text and text.count("{%-") > 20, name
+
+
+def test_a_template_whose_generation_prompt_opens_the_reasoning_block_is_recognised():
+    """The trainer tells the env (``reasoning_open``) when replies close a block the prompt opened."""
+    qwen3 = tokenizer_with((TEMPLATES / "qwen3.jinja").read_text())
+    assert not opens_reasoning(qwen3, {"enable_thinking": True})  # the reply opens its own
+    assert not opens_reasoning(qwen3, {"enable_thinking": False})  # an empty block, closed
+    thinking = (
+        (TEMPLATES / "qwen2.5.jinja")
+        .read_text()
+        .replace("{{- '<|im_start|>assistant\\n' }}", "{{- '<|im_start|>assistant\\n<think>\\n' }}")
+    )
+    assert thinking != (TEMPLATES / "qwen2.5.jinja").read_text()
+    assert opens_reasoning(tokenizer_with(thinking), {})

@@ -106,6 +106,7 @@ class ChatLayout:
     tool_set: ToolSet | None = None
     history_replies: str = "action"
     call_format: str = "hermes"
+    reasoning_open: bool = False
 
     def past_step(self, past: PastStep) -> ChatStep:
         """How the prompt shows one remembered step (:data:`HISTORY_REPLIES`)."""
@@ -141,7 +142,7 @@ class ChatLayout:
         """What the reply says outside its reasoning and its tool call (``history_replies="content"``)."""
         if not isinstance(reply, str):
             return (as_message(reply).get("content") or "").strip()
-        content = split_reasoning(reply)[1]
+        content = split_reasoning(reply, self.reasoning_open)[1]
         if self.tool_set is not None:
             content = re.sub(r"<tool_call>.*?(</tool_call>|$)", "", content, flags=re.DOTALL)
             content = "" if self.call_format == "llama3" else content
@@ -152,9 +153,12 @@ class ChatLayout:
         return "\n".join([self.intro, f"Your task is to: {task}", *carried, self.answer_format])
 
     def current(self, observation: str, admissible_actions: Sequence[str]) -> str:
-        """The current observation's text, with its admissible actions."""
+        """The current observation's text, with its admissible actions (as calls of the tools
+        under ``response_format="tool_call"``: ``click(target="Buy Now")``)."""
         if not self.list_actions:
             return observation
+        if self.tool_set is not None:
+            admissible_actions = [signature(self.tool_set.call(action)) for action in admissible_actions]
         return "\n".join(
             [observation, "Admissible actions:", *[f"- {action}" for action in admissible_actions]]
         )
@@ -184,6 +188,14 @@ class ChatLayout:
             messages.append(reply)
         messages.append(observation_message(self.current(observation, admissible_actions), answering, error))
         return messages
+
+
+def signature(call: ToolCall) -> str:
+    """A call as a line of the admissible list: its tool and its arguments as JSON values."""
+    arguments = ", ".join(
+        f"{name}={json.dumps(value, ensure_ascii=False)}" for name, value in call.arguments.items()
+    )
+    return f"{call.name}({arguments})"
 
 
 def written_call(function: Mapping[str, Any], call_format: str) -> str:
@@ -220,15 +232,19 @@ def rendered_text(messages: Sequence[Mapping[str, Any]]) -> str:
 class ChatSettings:
     """What the policy's chat template renders with, pinned by the env so keys can name it:
     the template's text (or a name for it), its keyword settings (``enable_thinking``, a date
-    string) and the call format replies are parsed in."""
+    string), the call format replies are parsed in and whether the template's generation prompt
+    opens the reasoning block (``reasoning_open``: a reply's text up to ``</think>`` is reasoning)."""
 
     chat_template: str = ""
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)
     call_format: str = "hermes"
+    reasoning_open: bool = False
 
     def digest(self, tools: Sequence[Mapping[str, Any]]) -> str:
         """A digest of the settings and the tools' schemas: the salt of every chat key."""
-        settings = [self.chat_template, dict(self.template_kwargs), self.call_format, list(tools)]
+        settings = [
+            self.chat_template, dict(self.template_kwargs), self.call_format, self.reasoning_open, list(tools)
+        ]  # fmt: skip
         return hashlib.sha256(canonical_json(settings).encode()).hexdigest()
 
 
@@ -272,6 +288,7 @@ class ChatMemory(KStepMemory):
             tool_set,
             history_replies,
             settings.call_format,
+            settings.reasoning_open,
         )
         super().__init__(
             env, history_length, fingerprint_mode, template=layout, response_format=response_format, **kwargs
@@ -286,10 +303,9 @@ class ChatMemory(KStepMemory):
         current = layout.current(obs, info["admissible_actions"])
         return self.fingerprinter.fields("chat-state", self._salt, layout.system(info["task"]), current)
 
-    def _record_key(self, past: PastStep) -> int:
-        step: ChatStep = self.template.past_step(past)  # type: ignore[assignment]
+    def _record_key(self, past: PastStep, shown: ChatStep) -> int:
         return self.fingerprinter.fields(
-            "chat-step", step.observation, canonical_json(step.reply), step.error or ""
+            "chat-step", shown.observation, canonical_json(shown.reply), shown.error or ""
         )
 
     def _observe(self, obs: str, info: dict[str, Any]) -> Any:

@@ -255,10 +255,11 @@ class KStepMemory(gym.Wrapper[str, str, str, str]):
         parsed = info["parsed_action"]
         info["action_key"] = self.fingerprinter.action(parsed)
         past = PastStep(self._steps_taken, self._observation, parsed, 0, info.get("parse_error"), action)
-        past = past._replace(record=self._record_key(past))
+        shown = self.template.past_step(past)
+        past = past._replace(record=self._record_key(past, shown))
         self._history.append(past)
-        if self.history_length:  # K = 0 shows no past step: none to lay out
-            self._shown_history.append(self.template.past_step(past))
+        if self.history_length:  # K = 0 shows no past step
+            self._shown_history.append(shown)
         return obs, reward, terminated, truncated, info
 
     def _observe(self, obs: str, info: dict[str, Any]) -> str:
@@ -276,8 +277,8 @@ class KStepMemory(gym.Wrapper[str, str, str, str]):
         """Level 0 of the prompt for ``obs``: the state's key."""
         return self.fingerprinter.state(info["state_text"], info["admissible_actions"])
 
-    def _record_key(self, past: PastStep) -> int:
-        """The key a remembered step adds to the levels above it."""
+    def _record_key(self, past: PastStep, shown: Any) -> int:
+        """The key a remembered step adds to the levels above it (``shown``: how prompts show it)."""
         return self.fingerprinter.record(self._state, past.action)
 
     def window_prompt(self, obs: str, info: dict[str, Any]) -> str:

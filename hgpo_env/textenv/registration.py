@@ -99,6 +99,7 @@ def make_agent_env(
     chat_template: str = "",
     chat_template_kwargs: dict[str, Any] | None = None,
     history_replies: str = "action",
+    reasoning_open: bool = False,
     **kwargs: Any,
 ) -> gym.Env[str, str]:
     """Build a text env and wrap it with the response parser and the prompt memory.
@@ -113,7 +114,9 @@ def make_agent_env(
     ``chat_template`` and ``chat_template_kwargs`` name what the policy renders them with (keys
     of different templates never meet), ``history_replies`` how past replies are shown
     (:data:`~hgpo_env.prompting.chat.HISTORY_REPLIES`). ``response_format="tool_call"`` (chat
-    only) reads the reply's tool call in ``call_format`` (:mod:`hgpo_env.prompting.tool_calls`).
+    only) reads the reply's tool call in ``call_format`` (:mod:`hgpo_env.prompting.tool_calls`);
+    ``reasoning_open`` says the template's generation prompt opens ``<think>`` (Qwen3-Thinking,
+    DeepSeek-R1), so a reply's reasoning has no opening tag.
     """
     common = {
         "history_length": history_length,
@@ -130,12 +133,17 @@ def make_agent_env(
             "call_format": call_format,
             "chat_template": chat_template,
             "history_replies": history_replies,
+            "reasoning_open": reasoning_open,
         },
     )
     if prompt_format not in PROMPT_FORMATS:
         raise ValueError(f"prompt_format must be one of {PROMPT_FORMATS}, got {prompt_format!r}")
-    if history_replies != "action" and prompt_format != "chat":
-        raise ValueError("history_replies is an option of prompt_format='chat'")
+    for option, value, default in (
+        ("history_replies", history_replies, "action"),
+        ("reasoning_open", reasoning_open, False),
+    ):
+        if value != default and prompt_format != "chat":
+            raise ValueError(f"{option} is an option of prompt_format='chat'")
     if response_format == "tool_call" and prompt_format != "chat":
         raise ValueError(
             "response_format='tool_call' needs prompt_format='chat' (tools are rendered by a chat template)"
@@ -150,12 +158,12 @@ def make_agent_env(
     with extra_hint(getattr(cls, "__module__", "").rpartition(".")[0]):
         text_env = cls(**kwargs)
     if response_format == "tool_call":
-        parsed: gym.Env[str, Any] = ParseToolCall(text_env, call_format)
+        parsed: gym.Env[str, Any] = ParseToolCall(text_env, call_format, reasoning_open=reasoning_open)
     else:
         parsed = ParseResponse(text_env, response_format, require_think=require_think)
     chat = None
     if prompt_format == "chat":
-        chat = ChatSettings(chat_template, dict(chat_template_kwargs or {}), call_format)
+        chat = ChatSettings(chat_template, dict(chat_template_kwargs or {}), call_format, reasoning_open)
     return wrap_memory(
         parsed, options, tokenizer=tokenizer, chat=chat, history_replies=history_replies, **common
     )

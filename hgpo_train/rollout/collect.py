@@ -107,6 +107,15 @@ def _make_env(env: EnvConfig, kwargs: Mapping[str, Any]) -> gym.Env:
     return RemoteEnv(env.servers, env_id=env.env_id, token=token, **kwargs)
 
 
+def opens_reasoning(tokenizer: Any, template_kwargs: Mapping[str, Any]) -> bool:
+    """Whether the chat template's generation prompt opens a ``<think>`` block (Qwen3-Thinking,
+    DeepSeek-R1): the policy's replies then close a block they never opened."""
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "?"}], add_generation_prompt=True, tokenize=False, **template_kwargs
+    )
+    return prompt.rstrip().endswith("<think>")
+
+
 def _env_kwargs(env: EnvConfig, tokenizer: Any, overrides: Mapping[str, Any]) -> dict[str, Any]:
     """Constructor arguments of every env: ``env``'s fields, ``env.kwargs``, then ``overrides``."""
     kwargs: dict[str, Any] = {
@@ -122,12 +131,14 @@ def _env_kwargs(env: EnvConfig, tokenizer: Any, overrides: Mapping[str, Any]) ->
         **overrides,
     }
     if env.prompt_format == "chat":  # the template's text goes into the keys' salt
+        template = getattr(tokenizer, "chat_template", None) or ""
         kwargs.update(
             prompt_format="chat",
             call_format=env.call_format,
-            chat_template=getattr(tokenizer, "chat_template", None) or "",
+            chat_template=template,
             chat_template_kwargs=dict(env.chat_template_kwargs),
             history_replies=env.history_replies,
+            reasoning_open=bool(template) and opens_reasoning(tokenizer, env.chat_template_kwargs),
         )
     if env.max_prompt_tokens is not None:
         kwargs.update(tokenizer=tokenizer, max_prompt_tokens=env.max_prompt_tokens)

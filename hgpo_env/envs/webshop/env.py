@@ -85,9 +85,9 @@ class WebShopEnv(TextEnv):
     milestones = MILESTONES
     prompt_intro = (
         "You are an expert autonomous agent shopping in WebShop, an online store. Pages list their "
-        "text separated by [SEP]. Use search[keywords] on the search page and click[label] to press "
-        "a button, open a product or choose an option; click[Buy Now] buys the open product with the "
-        "chosen options and ends the episode."
+        "text separated by [SEP]. Search for products on the search page, and click a button to "
+        "press it, a product to open it or an option to choose it; clicking Buy Now buys the open "
+        "product with the chosen options and ends the episode."
     )
     agent_tools = ToolSet(
         (
