@@ -82,6 +82,16 @@ def _prompts(response_format: str, n: int, steps: int = 3):
     return prompts, admissible
 
 
+def test_a_tool_call_with_a_free_text_argument_is_refused_not_sampled_as_its_placeholder():
+    info = {
+        "admissible_actions": ["search[<your query>]"],
+        "admissible_replies": ['{"query": "<your query>"}'],
+    }
+    with pytest.raises(ValueError, match=r"free-text argument \(search\[<your query>\]\)"):
+        reply_choices(info, "tool_call")
+    assert reply_choices(info, "plain") == info["admissible_replies"]  # text replies have their slot
+
+
 def test_tiny_model_loads_back_through_from_pretrained(tiny):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

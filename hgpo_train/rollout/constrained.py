@@ -286,7 +286,14 @@ class ChoiceLogitsProcessor(LogitsProcessor):
 def reply_choices(info: Mapping[str, Any], response_format: str) -> list[str]:
     """The replies a constrained response to this prompt must be one of: those the env offers
     whole (``info["admissible_replies"]``: a summary turn's facts, notes with a command), else
-    each admissible command as ``response_format`` gives it."""
+    each admissible command as ``response_format`` gives it. A tool call's free-text argument
+    cannot be constrained yet: such a prompt is refused rather than sampled as its placeholder."""
+    if response_format == "tool_call" and any(split_slot(a) for a in info["admissible_actions"]):
+        slotted = next(a for a in info["admissible_actions"] if split_slot(a))
+        raise ValueError(
+            f"generation.constrained cannot constrain a tool call with a free-text argument ({slotted}) "
+            "yet: set generation.constrained: false, or env.response_format: plain or think_action"
+        )
     if "admissible_replies" in info:
         return list(info["admissible_replies"])
     return [action_reply(command, response_format) for command in info["admissible_actions"]]
