@@ -16,8 +16,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -90,6 +92,7 @@ class RunWatch:
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
+        self._reads: dict[Path, tuple[tuple[int, int, int], Any]] = {}
         self.lines_before = self._lines()
         self.staged_before = self._staged()
         self.new_lines: set[int] = set()
@@ -108,18 +111,29 @@ class RunWatch:
             p.name.startswith(".tmp-") for p in checkpoints.iterdir()
         )
 
+    def _read(self, name: str, parse: Callable[[Path], Any]) -> Any:
+        """``parse`` of the run folder's file ``name``, parsed again only when the file changed:
+        the poll runs every 2 ms beside the run it watches and must not take its CPU."""
+        path = self.run_dir / name
+        stat = path.stat()
+        version = (stat.st_ino, stat.st_size, stat.st_mtime_ns)  # a file replaced is a new inode
+        if self._reads.get(path, (None,))[0] != version:
+            self._reads[path] = (version, (parse(path), stat.st_mtime_ns))
+        return self._reads[path][1]
+
     def _lines(self) -> set[int]:
         try:
-            return {record["iteration"] for record in read_metrics(self.run_dir / "metrics.jsonl")}
+            records, _ = self._read("metrics.jsonl", read_metrics)
         except (FileNotFoundError, json.JSONDecodeError):
             return set()
+        return {record["iteration"] for record in records}
 
     def _staged(self) -> tuple[int, int] | None:
-        path = self.run_dir / STAGED
         try:
-            return json.loads(path.read_text())["iteration"], path.stat().st_mtime_ns
+            staged, written = self._read(STAGED, lambda path: json.loads(path.read_text()))
         except (FileNotFoundError, json.JSONDecodeError):
             return None
+        return staged["iteration"], written
 
 
 def run_and_kill(command: list[str], run_dir: Path, moment: Moment | None, log: Path) -> bool:
