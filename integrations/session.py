@@ -15,6 +15,7 @@ from typing import Any
 import gymnasium as gym
 
 import hgpo_env  # noqa: F401  (registers the HGPO-* ids)
+from integrations._framework import text_prompts_only
 
 
 class EnvSession:
@@ -39,6 +40,7 @@ class EnvSession:
     ) -> None:
         if invalid_penalty < 0:
             raise ValueError(f"invalid_penalty must be >= 0, got {invalid_penalty!r}")
+        text_prompts_only(env_kwargs, "an env session")
         env_kwargs.setdefault("history_length", 0)
         if servers:
             from hgpo_env.serve.client import RemoteEnv

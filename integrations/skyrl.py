@@ -18,7 +18,7 @@ from typing import Any
 import gymnasium as gym
 
 import hgpo_env
-from integrations._framework import missing_framework
+from integrations._framework import missing_framework, text_prompts_only
 
 try:
     from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
@@ -40,6 +40,7 @@ class HGPOTextEnv(BaseTextEnv):
         extras: Mapping[str, Any] | None = None,
     ):
         super().__init__()
+        text_prompts_only(env_config or {}, "the SkyRL adapter")
         self.env = gym.make(env_id, **dict(env_config or {}))
         extras = dict(extras or {})
         task_id, seed = extras.get("task_id"), extras.get("seed")

@@ -33,7 +33,7 @@ from hgpo_train.rollout.collect import play_episodes, step_columns
 from hgpo_train.rollout.episodes import Episode
 from hgpo_train.rollout.generation import PromptEncoder
 from hgpo_train.run import durable
-from integrations._framework import missing_framework
+from integrations._framework import missing_framework, text_prompts_only
 from integrations.session import EnvSession
 
 try:
@@ -199,6 +199,7 @@ class HGPOTrainer(GRPOTrainer):
         self.env_kwargs = dict(env_kwargs or {})
         self.advantage = advantage or AdvantageConfig()
         self.pool_options = dict(pool_options or {})
+        text_prompts_only(self.env_kwargs, "the TRL step-level trainer")
         gym.make(env_id, **self.env_kwargs).close()  # bad env arguments fail before the model loads
         for name in ("reward_funcs", "tools", "environment_factory", "rollout_func"):
             if kwargs.get(name):

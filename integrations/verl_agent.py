@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from hgpo_env.vector import GroupedEnvPool
+from integrations._framework import text_prompts_only
 
 
 class PoolEnvironmentManager:
@@ -37,6 +38,7 @@ class PoolEnvironmentManager:
         pool_options: Mapping[str, Any] | None = None,
         **env_kwargs: Any,
     ) -> None:
+        text_prompts_only(env_kwargs, "the verl-agent adapter")
         self.pool = GroupedEnvPool(
             env_id, num_groups, group_size, seed=seed, **(pool_options or {}), **env_kwargs
         )

@@ -20,7 +20,7 @@ from pydantic import Field, field_validator
 
 import hgpo_env  # noqa: F401  (registers the HGPO-* ids)
 from hgpo_env.textenv.registration import import_env_module
-from integrations._framework import missing_framework
+from integrations._framework import missing_framework, text_prompts_only
 
 try:
     import verifiers.v1 as vf
@@ -44,6 +44,12 @@ class HGPOTasksetConfig(vf.TasksetConfig):
     """``gymnasium.make`` arguments (``history_length``, ``max_steps``, env options)."""
     first_seed: int = 0
     """Task i is the env reset with seed ``first_seed + i``."""
+
+    @field_validator("env_kwargs")
+    @classmethod
+    def _text_prompts(cls, env_kwargs: dict[str, Any]) -> dict[str, Any]:
+        text_prompts_only(env_kwargs, "the verifiers taskset")
+        return env_kwargs
 
     @field_validator("env")
     @classmethod

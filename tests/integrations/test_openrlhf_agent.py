@@ -138,6 +138,8 @@ def test_labels_and_task_files(tmp_path):
 def test_bad_env_arguments_fail_when_the_executor_class_is_made():
     with pytest.raises(TypeError):
         agent_executor(ENV_ID, colour=1)
+    with pytest.raises(ValueError, match="plays text prompts; prompt_format='chat'"):
+        agent_executor(ENV_ID, prompt_format="chat")
 
 
 def test_missing_openrlhf_names_the_extra(monkeypatch):

@@ -41,6 +41,8 @@ def test_every_hgpo_env_is_registered_and_rows_must_name_a_task():
     assert {"hgpo-rooms", "hgpo-alfworld", "hgpo-webshop"} <= set(skyrl_gym.envs.registration.registry)
     with pytest.raises(ValueError, match="'task_id' and/or 'seed'"):
         skyrl_gym.make("hgpo-rooms", env_config=CONFIG, extras={})
+    with pytest.raises(ValueError, match="the SkyRL adapter plays text prompts; prompt_format='chat'"):
+        skyrl_gym.make("hgpo-rooms", env_config={**CONFIG, "prompt_format": "chat"}, extras={"seed": 3})
     seeded = skyrl_gym.make("hgpo-rooms", env_config=CONFIG, extras={"seed": 3})
     again = skyrl_gym.make("hgpo-rooms", env_config=CONFIG, extras={"seed": 3})
     assert seeded.init([]) == again.init([])  # one seed, one task: the group starts together

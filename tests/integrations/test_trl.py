@@ -253,6 +253,10 @@ def test_bad_arguments_fail_before_the_model_loads(tmp_path):
         HGPOTrainer(model="no/such-model", args=args, env_id=ENV_ID, env_kwargs={"colour": 1})
     with pytest.raises(ValueError, match="reward_funcs belongs to plain GRPOTrainer"):
         HGPOTrainer(model="no/such-model", args=args, env_id=ENV_ID, reward_funcs=[len])
+    with pytest.raises(ValueError, match="the TRL step-level trainer plays text prompts"):
+        HGPOTrainer(model="no/such-model", args=args, env_id=ENV_ID, env_kwargs={"prompt_format": "chat"})
+    with pytest.raises(ValueError, match="an env session plays text prompts"):
+        environment_factory(ENV_ID, prompt_format="chat")
 
 
 # ------------------------------------------------------------------------- environment level

@@ -197,6 +197,8 @@ def _partition(keys) -> set[frozenset[int]]:
 def test_bad_input_is_one_line(group, monkeypatch):
     with pytest.raises(ValueError, match=r"no env 'HGPO-Nope-v0' to make tasks from"):
         HGPOTasksetConfig(id="hgpo-verifiers", env="HGPO-Nope-v0")
+    with pytest.raises(ValueError, match="the verifiers taskset plays text prompts"):
+        HGPOTasksetConfig(id="hgpo-verifiers", env="HGPO-Rooms-v0", env_kwargs={"prompt_format": "chat"})
     other = group[0].model_copy(deep=True)
     other.task.key = "another task"
     with pytest.raises(

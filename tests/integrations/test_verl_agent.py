@@ -53,6 +53,8 @@ def test_manager_plays_groups_with_fingerprint_anchors():
 
 
 def test_manager_errors_are_clear():
+    with pytest.raises(ValueError, match="the verl-agent adapter plays text prompts"):
+        PoolEnvironmentManager(ENV_ID, 1, 2, prompt_format="chat", response_format="tool_call")
     manager = PoolEnvironmentManager(ENV_ID, 1, 2, seed=0, pool_options={"num_workers": 1}, **ENV_KWARGS)
     try:
         with pytest.raises(ValueError, match="share one task_id"):
