@@ -97,7 +97,9 @@ class Job:
             job = self.slurm.job(self.id)
             if done():  # the state may change between the two looks
                 return
-            assert job["JobState"] in ("PENDING", "RUNNING", "REQUEUED", "COMPLETING"), self.report(what, job)
+            # SIGNALING: the time limit's --signal=B:TERM@300 is on its way to the batch script
+            alive = ("PENDING", "RUNNING", "SIGNALING", "REQUEUED", "COMPLETING")
+            assert job["JobState"] in alive, self.report(what, job)
             assert time.monotonic() < deadline, self.report(f"no {what} within {timeout:g} s", job)
             time.sleep(0.5)
 
