@@ -309,9 +309,6 @@ def logical_gpu_cluster(gpus: int, cpus: int) -> dict[str, Any]:
     """``ray.init`` arguments of a local CPU cluster: Ray's logical GPUs stand in for the GPUs.
 
     OpenRLHF's placement groups ask for ``GPU`` bundles (vllm_engine.py:249, launcher.py:245-287);
-    without logical GPUs their ``ready()`` would wait for ever. The dashboard stays off: its seven
-    processes cost about 16 CPU-seconds at every start, more than the rest of Ray's start, and a
-    run that validates a config on a laptop has no use for it (a cluster of ``ray start`` nodes
-    keeps its own).
+    without logical GPUs their ``ready()`` would wait for ever.
     """
-    return {"num_gpus": gpus, "num_cpus": cpus, "include_dashboard": False}
+    return {"num_gpus": gpus, "num_cpus": cpus}
