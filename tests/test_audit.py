@@ -14,6 +14,7 @@ import hgpo_env
 from hgpo_env import TextEnvSpec
 from hgpo_env.__main__ import main
 from hgpo_env.tools.audit import AuditError, audit_env
+from hgpo_env.tools.check import check_env_health
 
 ROOMS = {"lock_probability": 0.0}
 
@@ -133,3 +134,14 @@ def test_bad_settings_of_the_function():
         audit_env("TestDial-v0", policy="greedy")
     with pytest.raises(AuditError, match="could not reset"):
         audit_env("TestBroken-v0")
+
+
+@pytest.mark.parametrize("memory", [{}, {"memory": "compaction", "compact_every": 2}])
+def test_the_audit_and_the_health_check_reply_in_the_envs_answer_format(memory):
+    """Under think_action a command is sent as <action>...</action>, a summary as <summary>...</summary>:
+    a bare command there would make every step invalid."""
+    kwargs = {"response_format": "think_action", **memory}
+    audit = audit_env("HGPO-Rooms-v0", kwargs, episodes=4, group_size=2, max_steps=6, history_length=1)
+    assert "invalid          0.000" in audit.format()
+    report = check_env_health("HGPO-Rooms-v0", kwargs, groups=1, group_size=2, max_steps=6)
+    assert report.ok, report.format()

@@ -14,7 +14,7 @@ import pytest
 import hgpo_env  # noqa: F401  (registers the ids)
 from hgpo_env.envs.webshop.env import WebShopEnv
 from hgpo_env.prompting.calling import ACT_TOOLS
-from hgpo_env.prompting.chat import ChatLayout, Messages
+from hgpo_env.prompting.chat import CHAT_ANSWER_FORMATS, ChatLayout, Messages
 from hgpo_env.prompting.tool_calls import ToolCall
 from hgpo_env.textenv.core import TextEnv
 from hgpo_env.textenv.registration import make_agent_env
@@ -54,7 +54,8 @@ def play(
 ):
     """(prompt, info) of every step of ``episodes`` seeded Rooms episodes, the replies drawn by a
     seeded random policy: the same for every ``history_length``. Two tasks, four policies:
-    episodes meet at every level (e and e + 4 are the same) and part ways at some."""
+    episodes meet at every level (e and e + 4 are the same) and part ways at some. A summary
+    turn's reply is one of the facts it offers; under memory="notes" a reply keeps a note."""
     env = gym.make(
         env_id,
         prompt_format="chat",
@@ -70,19 +71,38 @@ def play(
         done = False
         while not done:
             steps.append((prompt, info))
-            reply = random_reply(rng, info, response_format, kwargs.get("call_format", "hermes"))
+            if info["turn"] == "summary":
+                reply = f"<think>{rng.random()}</think>{rng.choice(info['admissible_replies'])}"
+            else:
+                reply = random_reply(rng, info, response_format, kwargs.get("call_format", "hermes"))
+            if kwargs.get("memory") == "notes":
+                reply = f"<notes>{rng.choice('ab')}</notes>{reply}"
             prompt, _, terminated, truncated, info = env.step(reply)
             done = terminated or truncated
     return steps
 
 
+COMPACTION = {"memory": "compaction", "compact_every": 2}
+MEMORY_KINDS = [{}, COMPACTION, {"memory": "notes"}]
+
+
+@pytest.mark.parametrize("memory", MEMORY_KINDS, ids=["window", "compaction", "notes"])
 @pytest.mark.parametrize("response_format", ["tool_call", "think_action"])
-def test_every_prompt_is_well_formed_turns(response_format):
-    for prompt, _ in play(K, response_format):
+def test_every_prompt_is_well_formed_turns(response_format, memory):
+    turns = set()
+    for prompt, info in play(K, response_format, **memory):
+        turns.add(info["turn"])
         assert Messages().contains(prompt)
         assert prompt[0]["role"] == "system" and "Your task is to:" in prompt[0]["content"]
         assert any(m["role"] == "user" for m in prompt)  # every window has a user query
-        assert prompt[-1]["role"] in ("user", "tool") and "Admissible actions:" in prompt[-1]["content"]
+        if info["turn"] == "summary":  # the request is the last word, the system asks for no action
+            assert prompt[-1]["role"] == "user" and "summary of these steps" in prompt[-1]["content"]
+            assert "Each turn" not in prompt[0]["content"]
+        else:
+            assert prompt[-1]["role"] in ("user", "tool") and "Admissible actions:" in prompt[-1]["content"]
+        if memory.get("memory") == "notes":  # the notes in the system message, no past turn
+            assert len(prompt) == 2 and "Your notes: " in prompt[0]["content"]
+            assert "<notes> </notes>" in prompt[0]["content"]
         for before, message in itertools.pairwise(prompt):
             calls = before.get("tool_calls", [])
             if message["role"] == "tool":  # answers the call just before it, never an orphan
@@ -95,6 +115,7 @@ def test_every_prompt_is_well_formed_turns(response_format):
         for message in prompt:
             if message["role"] == "assistant":  # past replies show the action only
                 assert "<think>" not in message["content"] and "I am not" not in message["content"]
+    assert turns == ({"action", "summary"} if memory == COMPACTION else {"action"})
 
 
 @pytest.mark.parametrize(
@@ -119,6 +140,27 @@ def test_level_k_keys_are_equal_exactly_when_window_k_prompts_are(env_id, respon
         texts = {json.dumps(p, sort_keys=True) for (p, i) in window if i["history_used"] >= k}
         assert len(texts) == len(by_key), f"level {k}: one prompt, two keys"
         assert len(by_key) < sum(1 for _, i in window if i["history_used"] >= k)  # prompts did meet
+
+
+@pytest.mark.parametrize("memory", MEMORY_KINDS[1:], ids=["compaction", "notes"])
+def test_a_memory_kinds_deepest_key_is_equal_exactly_when_its_prompts_are(memory):
+    """The deepest level a prompt has covers all it shows (the steps since the compaction and
+    the summary line; the notes); a summary turn's level 0 is its request's messages."""
+
+    def deepest(info: dict) -> int:
+        keys = info["fingerprints"]
+        return 0 if info["turn"] == "summary" else max(level for level, key in enumerate(keys) if key)
+
+    steps = play(K, "tool_call", **memory)
+    by_key: dict[tuple, str] = {}
+    for prompt, info in steps:
+        level = deepest(info)
+        text = json.dumps(prompt, sort_keys=True)
+        key = (info["turn"], level, info["fingerprints"][level])
+        assert by_key.setdefault(key, text) == text, f"{key}: one key, two prompts"
+    assert len({json.dumps(p, sort_keys=True) for p, _ in steps}) == len(by_key), "one prompt, two keys"
+    assert len(by_key) < len(steps)  # prompts did meet
+    assert {turn for turn, *_ in by_key} == ({"action", "summary"} if memory == COMPACTION else {"action"})
 
 
 def test_keys_of_other_templates_or_tools_never_meet():
@@ -208,7 +250,6 @@ def test_webshop_tools_map_to_its_commands_and_back():
     [
         ({"prompt_format": "messages"}, "prompt_format must be one of"),
         ({"response_format": "tool_call"}, "needs prompt_format='chat'"),
-        ({"prompt_format": "chat", "memory": "notes"}, "memory='window' only so far"),
         (
             {"prompt_format": "chat", "fingerprint_mode": "observations"},
             "fingerprint_mode='observations_actions'",
@@ -282,15 +323,17 @@ def test_prompts_apart_by_a_task_a_reply_or_an_error_have_apart_keys():
         assert (keys[0] == other_keys[0]) == (task == other_task)  # level 0: the system text and the room
 
 
-def test_the_health_check_and_the_audit_play_chat_envs_by_tool_calls():
-    chat = {"prompt_format": "chat", "response_format": "tool_call", "call_format": "qwen_xml"}
+@pytest.mark.parametrize("memory", MEMORY_KINDS, ids=["window", "compaction", "notes"])
+def test_the_health_check_and_the_audit_play_chat_envs_by_tool_calls(memory):
+    chat = {"prompt_format": "chat", "response_format": "tool_call", "call_format": "qwen_xml", **memory}
     report = check_env_health("HGPO-Rooms-v0", chat, groups=2, group_size=2, max_steps=8)
     assert report.ok, report.format()
-    assert report.levels[1].repeated > 0  # keys meet across a group's episodes
+    assert report.levels[0 if memory else 1].repeated > 0  # keys meet across a group's episodes
     audit = audit_env("HGPO-Rooms-v0", chat, episodes=8, group_size=4, max_steps=8, history_length=2)
-    plain = audit_env("HGPO-Rooms-v0", None, episodes=8, group_size=4, max_steps=8, history_length=2)
+    plain = audit_env("HGPO-Rooms-v0", memory, episodes=8, group_size=4, max_steps=8, history_length=2)
     assert audit.format().count("\n") == plain.format().count("\n")  # a full report, steps valid
     assert "invalid          0.000" in audit.format()
+    assert ("summary turns, on their own keys" in audit.format()) == (memory == COMPACTION)
 
 
 @pytest.mark.parametrize(
@@ -331,3 +374,60 @@ def test_what_a_reply_said_is_keyed_when_it_is_shown():
 
     assert level_1("action", "a") == level_1("action", "b")  # the reasoning is never shown
     assert level_1("verbatim", "a") != level_1("verbatim", "b")
+
+
+def test_a_chat_summary_is_the_replys_text_and_the_system_message_shows_it():
+    env = gym.make(
+        "HGPO-Rooms-v0", prompt_format="chat", response_format="tool_call", history_length=1, **COMPACTION
+    )
+    _, info = env.reset(seed=0)
+    for _ in range(2):
+        prompt, *_, info = env.step(hermes(info["admissible_actions"][0]))
+    assert info["turn"] == "summary"
+    # the leaving step as turns, its call answered by the observation it led to, then the request
+    assert [m["role"] for m in prompt] == ["system", "user", "assistant", "tool", "user"]
+    assert prompt[3]["tool_call_id"] == prompt[2]["tool_calls"][0]["id"]
+    assert info["tools"] and all(not r.startswith("<") for r in info["admissible_replies"])
+
+    prompt, reward, *_, info = env.step(f"<think>hm</think>The door is   north.\n{hermes('look')}")
+    assert (reward, info["action_valid"], info["parsed_action"]) == (0.0, True, "The door is north.")
+    assert "Summary of your first 1 step(s): The door is north." in prompt[0]["content"]
+    assert prompt[0]["content"].endswith(CHAT_ANSWER_FORMATS["tool_call"])
+
+    for _ in range(2):
+        prompt, *_, info = env.step(hermes(info["admissible_actions"][0]))
+    assert info["turn"] == "summary"
+    _, _, _, _, info = env.step(hermes("look"))  # a call, and no text: no summary
+    assert not info["action_valid"] and info["parse_error"] == "no summary: empty reply"
+
+
+def test_chat_notes_ride_in_the_reply_text_beside_the_call():
+    env = gym.make("HGPO-Rooms-v0", prompt_format="chat", response_format="tool_call", memory="notes")
+    _, info = env.reset(seed=0)
+    assert all(r.startswith("<notes>") and "<tool_call>" in r for r in info["admissible_replies"])
+    command = info["admissible_actions"][0]
+    call = {"type": "function", "function": {"name": "act", "arguments": json.dumps({"command": command})}}
+    message = {"role": "assistant", "content": "<notes>key in the hall</notes>", "tool_calls": [call]}
+    prompt, *_, info = env.step(message)  # an assistant message, as a server's tool parser gives it
+    assert (info["parse"], info["parsed_action"]) == ("ok", command)
+    assert "Your notes: key in the hall" in prompt[0]["content"]
+    prompt, *_, info = env.step(info["admissible_replies"][0])  # the first offered: keep the notes
+    assert info["parse"] == "ok" and "Your notes: key in the hall" in prompt[0]["content"]
+
+
+def test_the_summary_line_is_keyed_as_shown():
+    """Where nothing changes, the prompts after two compactions differ only by how many steps
+    the summary covers: so do their keys."""
+    env = make_agent_env(
+        WhiteRoom, prompt_format="chat", response_format="tool_call", history_length=1, **COMPACTION
+    )
+    env.reset(options={"task_id": 0})
+    after = []
+    for _ in range(4):
+        _, *_, info = env.step(hermes("wait"))
+        if info["turn"] == "summary":
+            prompt, *_, info = env.step("Nothing changes.")
+            after.append((json.dumps(prompt), info["fingerprints"]))
+    (first, first_keys), (second, second_keys) = after
+    assert first.replace("first 1 step", "first 3 step") == second
+    assert first_keys[0] == second_keys[0] and first_keys[1] != second_keys[1]

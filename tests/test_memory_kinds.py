@@ -302,12 +302,13 @@ def test_notes_prompts_offer_each_note_to_keep_with_each_command(response_format
 
 
 @pytest.mark.parametrize(("kind", "options"), [("notes", {}), ("compaction", {"compact_every": 2})])
-@pytest.mark.parametrize("k", [1, 2])
-def test_action_prompts_carry_the_prompt_the_window_would_show(kind, options, k):
+@pytest.mark.parametrize(("k", "prompt_format"), [(1, "text"), (2, "text"), (2, "chat")])
+def test_action_prompts_carry_the_prompt_the_window_would_show(kind, options, k, prompt_format):
     """``info["window_prompt"]`` is what memory="window" shows after the same commands (the
     trainer's prompt tokens saved); a summary turn has none."""
-    env = gym.make("HGPO-Rooms-v0", memory=kind, response_format="plain", history_length=k, **options)
-    window = gym.make("HGPO-Rooms-v0", response_format="plain", history_length=k)
+    plain = {"response_format": "plain", "history_length": k, "prompt_format": prompt_format}
+    env = gym.make("HGPO-Rooms-v0", memory=kind, **plain, **options)
+    window = gym.make("HGPO-Rooms-v0", **plain)
     _, info = env.reset(options=TASK)
     shown, _ = window.reset(options=TASK)
     assert info["window_prompt"] == shown

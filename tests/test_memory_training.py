@@ -35,8 +35,12 @@ def one_iteration(tmp_path, overrides, env="rooms"):
         trainer.close()
 
 
-def test_summary_turns_are_credited_and_trained_rows(tmp_path):
-    result, trained, trainer = one_iteration(tmp_path, COMPACTION)
+TOOL_CALLS = ["env.prompt_format=chat", "env.response_format=tool_call", "generation.max_new_tokens=24"]
+
+
+@pytest.mark.parametrize("prompts", [[], TOOL_CALLS], ids=["text", "chat"])
+def test_summary_turns_are_credited_and_trained_rows(tmp_path, prompts):
+    result, trained, trainer = one_iteration(tmp_path, [*COMPACTION, *prompts])
     batch, metrics = result.batch, result.metrics
     summaries = batch.summary_turn
     assert summaries.any() and not summaries.all()

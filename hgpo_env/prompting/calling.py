@@ -18,7 +18,7 @@ import gymnasium as gym
 
 from hgpo_env.contract.fingerprint import canonical_text
 from hgpo_env.contract.info import env_attribute
-from hgpo_env.prompting.tool_calls import ParsedCall, Tool, ToolCall, parse_tool_call, write_call
+from hgpo_env.prompting.tool_calls import ParsedCall, Tool, ToolCall, parse_tool_call
 
 
 @dataclass(frozen=True)
@@ -116,11 +116,3 @@ class ParseToolCall(gym.Wrapper[str, Any, str, str]):
             info["parse_error"] = f"{parsed.status}: {parsed.detail}"
         return obs, reward, terminated, truncated, info
 
-
-def command_reply(env: gym.Env[Any, Any], command: str) -> str:
-    """The reply that gives ``command`` to ``env``: a call of its tool in its call format when it
-    reads tool calls, else the command itself (what the tools that play commands send)."""
-    tool_set: ToolSet | None = env_attribute(env, "tool_set", None)
-    if tool_set is None:
-        return command
-    return write_call(tool_set.call(command), env_attribute(env, "call_format"))

@@ -25,7 +25,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import gymnasium as gym
@@ -148,9 +148,12 @@ class ChatLayout:
             content = "" if self.call_format == "llama3" else content
         return content.strip()
 
-    def system(self, task: str, carried: Sequence[str] = ()) -> str:
-        """The system message's text: the intro, the task, what a memory kind carries, the answer format."""
-        return "\n".join([self.intro, f"Your task is to: {task}", *carried, self.answer_format])
+    def system(self, task: str, carried: Sequence[str] = (), answer: bool = True) -> str:
+        """The system message's text: the intro, the task, what a memory kind carries (a summary,
+        notes), the answer format (unless ``answer`` is False: a summary turn asks for another)."""
+        return "\n".join(
+            [self.intro, f"Your task is to: {task}", *carried, *([self.answer_format] if answer else [])]
+        )
 
     def current(self, observation: str, admissible_actions: Sequence[str]) -> str:
         """The current observation's text, with its admissible actions (as calls of the tools
@@ -173,8 +176,33 @@ class ChatLayout:
         carried: Sequence[str] = (),
     ) -> list[dict[str, Any]]:
         """The messages of a prompt (``steps_taken`` is not shown: turns show the order)."""
-        messages: list[dict[str, Any]] = [{"role": "system", "content": self.system(task, carried)}]
-        answering: tuple[str, str] | None = None  # the call (id, tool) the next observation answers
+        messages, answering, error = self._turns(self.system(task, carried), shown_history)
+        messages.append(observation_message(self.current(observation, admissible_actions), answering, error))
+        return messages
+
+    def summary_request(
+        self,
+        task: str,
+        leaving: Sequence[ChatStep],
+        following: str,
+        request: str,
+        carried: Sequence[str] = (),
+    ) -> list[dict[str, Any]]:
+        """The messages of a summary turn (``memory="compaction"``): the steps leaving the context
+        as turns, the observation they led to (``following``: it answers the last call, so none
+        is left an orphan), then ``request`` as a user message."""
+        messages, answering, error = self._turns(self.system(task, carried, answer=False), leaving)
+        messages.append(observation_message(following, answering, error))
+        messages.append({"role": "user", "content": request})
+        return messages
+
+    def _turns(
+        self, system: str, shown_history: Sequence[ChatStep]
+    ) -> tuple[list[dict[str, Any]], tuple[str, str] | None, str | None]:
+        """The system message and the steps' turns; the call (id, tool) the next observation
+        answers and the error it starts with."""
+        messages: list[dict[str, Any]] = [{"role": "system", "content": system}]
+        answering: tuple[str, str] | None = None
         error: str | None = None
         for back, step in zip(range(len(shown_history), 0, -1), shown_history):
             messages.append(observation_message(step.observation, answering, error))
@@ -186,8 +214,7 @@ class ChatLayout:
                 ]
                 answering = (call_id, reply["tool_calls"][0]["function"]["name"])
             messages.append(reply)
-        messages.append(observation_message(self.current(observation, admissible_actions), answering, error))
-        return messages
+        return messages, answering, error
 
 
 def signature(call: ToolCall) -> str:
@@ -252,7 +279,8 @@ class ChatMemory(KStepMemory):
     """The window as chat messages (``prompt_format="chat"``): observations are message lists,
     ``info`` gains ``tools`` (the schemas, empty unless replies are tool calls) and
     ``chat_template_kwargs`` (the settings the env pins), and keys hash what the messages hold
-    (this module's docstring)."""
+    (this module's docstring). Listed before another memory kind's class, it makes that kind's
+    prompts chat messages (:mod:`hgpo_env.prompting.chat_kinds`)."""
 
     def __init__(
         self,
@@ -276,13 +304,15 @@ class ChatMemory(KStepMemory):
                 "prompt_format='chat' keys the current observation with its admissible list: fingerprint_state must be 'text'"
             )
         free_form = bool(env_attribute(env, "free_form", False))
-        answers = FREE_FORM_CHAT_ANSWER_FORMATS if free_form else CHAT_ANSWER_FORMATS
-        if response_format not in answers:
-            raise ValueError(f"response_format must be one of {tuple(answers)}, got {response_format!r}")
+        window_answers = FREE_FORM_CHAT_ANSWER_FORMATS if free_form else CHAT_ANSWER_FORMATS
+        if response_format not in window_answers:
+            raise ValueError(
+                f"response_format must be one of {tuple(window_answers)}, got {response_format!r}"
+            )
         tool_set = env_attribute(env, "tool_set", None) if response_format == "tool_call" else None
         layout = ChatLayout(
             env_attribute(env, "prompt_intro"),
-            answers[response_format],
+            self.answer_format(response_format, free_form, **kwargs),
             response_format,
             not free_form,
             tool_set,
@@ -293,15 +323,23 @@ class ChatMemory(KStepMemory):
         super().__init__(
             env, history_length, fingerprint_mode, template=layout, response_format=response_format, **kwargs
         )  # type: ignore[arg-type]
+        self.template: ChatLayout = layout  # type: ignore[assignment]
+        self.window_template = replace(layout, answer_format=window_answers[response_format])
         self.settings = settings
         self.tools = tool_set.schemas() if tool_set is not None else []
         self._salt = settings.digest(self.tools)
         self.observation_space = Messages()
 
+    @classmethod
+    def answer_format(cls, response_format: str, free_form: bool, **kind_options: Any) -> str:
+        """The system message's answer format (a memory kind that asks for more overrides it)."""
+        return (FREE_FORM_CHAT_ANSWER_FORMATS if free_form else CHAT_ANSWER_FORMATS)[response_format]
+
     def _state_key(self, obs: str, info: dict[str, Any]) -> int:
-        layout: ChatLayout = self.template  # type: ignore[assignment]
-        current = layout.current(obs, info["admissible_actions"])
-        return self.fingerprinter.fields("chat-state", self._salt, layout.system(info["task"]), current)
+        current = self.template.current(obs, info["admissible_actions"])
+        return self.fingerprinter.fields(
+            "chat-state", self._salt, self.template.system(info["task"]), current
+        )
 
     def _record_key(self, past: PastStep, shown: ChatStep) -> int:
         return self.fingerprinter.fields(
@@ -312,11 +350,15 @@ class ChatMemory(KStepMemory):
         prompt = super()._observe(obs, info)
         info["tools"] = self.tools
         info["chat_template_kwargs"] = dict(self.settings.template_kwargs)
-        layout: ChatLayout = self.template  # type: ignore[assignment]
-        if layout.tool_set is not None and info["admissible_actions"]:  # for constrained decoding
-            calls = [layout.tool_set.call(action) for action in info["admissible_actions"]]
-            info["admissible_replies"] = [write_call(call, self.settings.call_format) for call in calls]
+        if self.template.tool_set is not None and info["admissible_actions"]:  # for constrained decoding
+            info.setdefault("admissible_replies", [self.command_reply(a) for a in info["admissible_actions"]])
         return prompt
 
-    def _too_long(self, prompt: Any) -> bool:
-        return super()._too_long(rendered_text(prompt))
+    def command_reply(self, command: str) -> str:
+        """The reply that gives ``command``: under tool calls, the call as the call format writes it."""
+        if self.template.tool_set is None:
+            return super().command_reply(command)
+        return write_call(self.template.tool_set.call(command), self.settings.call_format)
+
+    def prompt_text(self, prompt: Any) -> str:
+        return rendered_text(prompt)

@@ -18,7 +18,7 @@ other levels 0; its action key is the summary's.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, SupportsFloat
 
 import gymnasium as gym
@@ -154,7 +154,7 @@ class CompactionMemory(KStepMemory):
             self._fold(canonical_text(written))
             return self._observe(obs, info), reward, terminated, truncated, info
         self._waiting = (obs, info)
-        return request, reward, False, False, self._request_info(info)
+        return request, reward, False, False, self._request_info(info, request)
 
     def _due(self, prompt: str) -> bool:
         """Whether steps must leave before ``prompt`` is shown."""
@@ -164,7 +164,8 @@ class CompactionMemory(KStepMemory):
             return True
         return self.compact_at_tokens is not None and self._tokens(prompt) > self.compact_at_tokens
 
-    def _request_prompt(self, task: str) -> str:
+    def _request_prompt(self, task: str) -> Any:
+        """The summary turn's prompt: the steps leaving, then what to write."""
         return "\n".join(
             [
                 self.template.intro,
@@ -172,40 +173,51 @@ class CompactionMemory(KStepMemory):
                 *self._summary_lines(),
                 "Steps leaving your context:",
                 *[self.template.past_step(past) for past in self._leaving],
-                SUMMARY_FORMATS[self.response_format].format(
-                    what="these steps" if self._summary is None else "these steps and of the summary above"
-                ),
+                self._request_text(SUMMARY_FORMATS),
             ]
         )
 
-    def _request_info(self, info: dict[str, Any]) -> dict[str, Any]:
+    def _request_text(self, formats: Mapping[str, str]) -> str:
+        """What a summary turn asks for, in the reply format's words among ``formats``."""
+        what = "these steps" if self._summary is None else "these steps and of the summary above"
+        return formats[self.response_format].format(what=what)
+
+    def _request_state(self, request: Any) -> tuple[str, int]:
+        """A summary turn's ``state_text`` (the old summary and the steps leaving) and its key."""
+        body = "\n".join([*self._summary_lines(), *(self.template.past_step(p) for p in self._leaving)])
+        return body, self.fingerprinter.text("summary-request", body)
+
+    def _request_info(self, info: dict[str, Any], request: Any) -> dict[str, Any]:
         """The info of a summary turn's prompt: the step's own keys, the request's fingerprints
         (level 0 only) and the facts it offers, bare and as whole replies."""
-        body = "\n".join([*self._summary_lines(), *(self.template.past_step(p) for p in self._leaving)])
+        body, key = self._request_state(request)
         facts = shown_facts(self._summary, self._leaving)
-        levels = (self.fingerprinter.text("summary-request", body),) + (MISSING,) * self.history_length
+        levels = (key,) + (MISSING,) * self.history_length
         info = {name: value for name, value in info.items() if name != "window_prompt"}
         return {
             **info,
             "turn": SUMMARY_TURN,
             "state_text": body,
             "admissible_actions": facts,
-            "admissible_replies": [self._summary_reply(fact) for fact in facts],
+            "admissible_replies": [self.summary_reply(fact) for fact in facts],
             "fingerprints": levels,
             "history_used": len(self._leaving),
         }
 
-    def _summary_reply(self, summary: str) -> str:
-        return summary if self.response_format == "plain" else f"<summary>{summary}</summary>"
+    def summary_reply(self, summary: str) -> str:
+        """The reply that writes ``summary`` and nothing else, in the reply format."""
+        return f"<summary>{summary}</summary>" if self.response_format == "think_action" else summary
+
+    def _summary_of(self, reply: Any) -> str | None:
+        """The summary a summary turn's reply wrote (None or empty when it wrote none)."""
+        return tagged(reply, "summary") if self.response_format == "think_action" else canonical_text(reply)
 
     def _take_summary(self, reply: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
         """The summary turn's step: fold the leaving steps into the reply, then show the prompt
         the env's observation was waiting for."""
         assert self._waiting is not None
         (obs, info), self._waiting = self._waiting, None
-        summary = (
-            tagged(reply, "summary") if self.response_format == "think_action" else canonical_text(reply)
-        )
+        summary = self._summary_of(reply)
         self._fold(summary or "")
         prompt = self._observe(obs, info)
         info = {**info, "parsed_action": summary, "action_valid": bool(summary)}
@@ -234,13 +246,17 @@ class CompactionMemory(KStepMemory):
         prompt = self._render(shown, obs, info, self._summary_lines())
         items = [past.record for past in reversed(self._history)]
         if self._summary is not None:
-            items.append(self.fingerprinter.text("summary", self._summary))
+            items.append(self._summary_key())
         return (
             prompt,
             self.fingerprinter.covering_levels(self._state, items, self.history_length + 1),
             len(shown),
         )
 
-    def _tokens(self, prompt: str) -> int:
+    def _summary_key(self) -> int:
+        """The key the summary adds to level K."""
+        return self.fingerprinter.text("summary", self._summary or "")
+
+    def _tokens(self, prompt: Any) -> int:
         assert self._tokenizer is not None
-        return len(self._tokenizer.encode(prompt))
+        return len(self._tokenizer.encode(self.prompt_text(prompt)))

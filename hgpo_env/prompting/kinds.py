@@ -20,6 +20,7 @@ from typing import Any
 import gymnasium as gym
 
 from hgpo_env.prompting.chat import ChatMemory, ChatSettings
+from hgpo_env.prompting.chat_kinds import ChatCompaction, ChatNotes
 from hgpo_env.prompting.compaction import CompactionMemory, SummaryRequest
 from hgpo_env.prompting.memory import DEFAULT_HISTORY_LENGTH, KStepMemory, Tokenizer
 from hgpo_env.prompting.notes import NotesMemory
@@ -31,6 +32,17 @@ KIND_OPTIONS = {
     "notes": ("notes_tag",),
 }
 """The options only one kind takes (``tokenizer`` serves ``max_prompt_tokens`` and ``compact_at_tokens``)."""
+KIND_CLASSES: dict[str, type[KStepMemory]] = {
+    "window": KStepMemory,
+    "compaction": CompactionMemory,
+    "notes": NotesMemory,
+}
+CHAT_KIND_CLASSES: dict[str, type[KStepMemory]] = {
+    "window": ChatMemory,
+    "compaction": ChatCompaction,
+    "notes": ChatNotes,
+}
+"""Each kind's wrapper, for text prompts and for chat prompts (``prompt_format="chat"``)."""
 
 
 @dataclass(frozen=True)
@@ -87,42 +99,21 @@ def wrap_memory(
     and for every kind the keys' levels 0..K (under ``notes``, which shows no past step, level 1
     holds the notes and the levels above it are 0).
     """
-    common: dict[str, Any] = {"fingerprint_state": fingerprint_state, "response_format": response_format}
-    if chat is not None:
-        if options.memory != "window":
-            raise ValueError(f"prompt_format='chat' has memory='window' only so far, not {options.memory!r}")
-        return ChatMemory(
-            env,
-            history_length,
-            fingerprint_mode,
-            settings=chat,
-            history_replies=history_replies,
-            tokenizer=tokenizer,
-            max_prompt_tokens=options.max_prompt_tokens,
-            **common,
-        )
+    kwargs: dict[str, Any] = {"fingerprint_state": fingerprint_state, "response_format": response_format}
     if options.memory == "notes":
         if tokenizer is not None:
             raise ValueError("memory='notes' counts no tokens: it takes no tokenizer")
-        return NotesMemory(
-            env, history_length, fingerprint_mode, notes_tag=options.notes_tag or "notes", **common
-        )
-    if options.memory == "compaction":
-        return CompactionMemory(
-            env,
-            history_length,
-            fingerprint_mode,
+        kwargs["notes_tag"] = options.notes_tag or "notes"
+    elif options.memory == "compaction":
+        kwargs.update(
             compact_every=options.compact_every,
             compact_at_tokens=options.compact_at_tokens,
             tokenizer=tokenizer,
             summarizer=options.summarizer,
-            **common,
         )
-    return KStepMemory(
-        env,
-        history_length,
-        fingerprint_mode,
-        tokenizer=tokenizer,
-        max_prompt_tokens=options.max_prompt_tokens,
-        **common,
-    )
+    else:
+        kwargs.update(tokenizer=tokenizer, max_prompt_tokens=options.max_prompt_tokens)
+    if chat is not None:
+        kwargs.update(settings=chat, history_replies=history_replies)
+    kind = (CHAT_KIND_CLASSES if chat is not None else KIND_CLASSES)[options.memory]
+    return kind(env, history_length, fingerprint_mode, **kwargs)

@@ -315,4 +315,12 @@ class KStepMemory(gym.Wrapper[str, str, str, str]):
 
     def _too_long(self, prompt: str) -> bool:
         assert self.tokenizer is not None and self.max_prompt_tokens is not None
-        return len(self.tokenizer.encode(prompt)) > self.max_prompt_tokens
+        return len(self.tokenizer.encode(self.prompt_text(prompt))) > self.max_prompt_tokens
+
+    def prompt_text(self, prompt: Any) -> str:
+        """What a token budget counts of ``prompt``: a text prompt is its text."""
+        return prompt
+
+    def command_reply(self, command: str) -> str:
+        """The reply that gives ``command`` and says nothing else (:func:`action_reply`)."""
+        return action_reply(command, self.response_format)

@@ -15,7 +15,7 @@ levels above 1 (up to K = ``history_length``) are 0, as the prompt shows no past
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
@@ -27,20 +27,24 @@ from hgpo_env.prompting.memory import (
     FREE_FORM_ANSWER_FORMATS,
     KStepMemory,
     PromptTemplate,
-    action_reply,
     sentences,
     tagged,
     untagged,
 )
 
 
-def notes_answer_format(response_format: str, tag: str, free_form: bool = False) -> str:
-    """The answer format of ``response_format`` that asks for the notes in ``<tag>`` before the action."""
-    command = "your next command" if free_form else "exactly one admissible action"
-    notes = (
+def notes_request(tag: str) -> str:
+    """What every notes answer format asks before the action."""
+    return (
         f"rewrite your notes inside <{tag}> </{tag}> tags: the next prompt shows only the task, your "
         "notes and the current observation, so keep there everything you will need later"
     )
+
+
+def notes_answer_format(response_format: str, tag: str, free_form: bool = False) -> str:
+    """The answer format of ``response_format`` that asks for the notes in ``<tag>`` before the action."""
+    command = "your next command" if free_form else "exactly one admissible action"
+    notes = notes_request(tag)
     if response_format == "plain":
         return f"Now it is your turn to act. First {notes}. Then reply with {command} and nothing else."
     return (
@@ -112,9 +116,17 @@ class NotesMemory(KStepMemory):
         self._notes = ""
         return super().reset(seed=seed, options=options)
 
-    def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
-        self._notes = tagged(action, self.notes_tag) or ""
-        obs, reward, terminated, truncated, info = self._act(untagged(action, self.notes_tag))
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        """Take the notes out of ``action`` (a reply, or a chat model's assistant message, whose
+        content holds them), then step with the rest."""
+        if isinstance(action, Mapping):
+            content = action.get("content") or ""
+            self._notes = tagged(content, self.notes_tag) or ""
+            command = {**action, "content": untagged(content, self.notes_tag).strip()}
+        else:
+            self._notes = tagged(action, self.notes_tag) or ""
+            command = untagged(action, self.notes_tag)
+        obs, reward, terminated, truncated, info = self._act(command)
         return self._observe(obs, info), reward, terminated, truncated, info
 
     def _observe(self, obs: str, info: dict[str, Any]) -> str:
@@ -128,7 +140,7 @@ class NotesMemory(KStepMemory):
         kept = list(dict.fromkeys([*([self._notes] if self._notes else []), *sentences(obs)]))
         tag, fmt = self.notes_tag, self.response_format
         space = " " if fmt == "plain" else ""
-        return [f"<{tag}>{note}</{tag}>{space}{action_reply(c, fmt)}" for note in kept for c in commands]
+        return [f"<{tag}>{note}</{tag}>{space}{self.command_reply(c)}" for note in kept for c in commands]
 
     def _context(self, obs: str, info: dict[str, Any]) -> tuple[str, tuple[int, ...], int]:
         prompt = self._render([], obs, info, [f"Your notes: {self._notes or '(empty)'}"])

@@ -28,9 +28,8 @@ import gymnasium as gym
 import numpy as np
 
 from hgpo_env.contract.milestones import MILESTONES_KEY
-from hgpo_env.prompting.calling import command_reply
 from hgpo_env.prompting.memory import SUMMARY_TURN
-from hgpo_env.tools.check import group_start_problem, policy_command
+from hgpo_env.tools.check import group_start_problem, policy_command, turn_reply
 from hgpo_env.tools.transitions import aliased_visits, history_keys, merging
 
 Policy = Literal["random", "expert"]
@@ -161,13 +160,13 @@ class _Visits:
     """Per episode of such an env, the milestones any of its observations reported."""
 
 
-def faithful_notes(env: gym.Env, info: Mapping[str, Any], command: str) -> str:
-    """``command``, and under ``memory="notes"`` before it notes that keep every observation so far."""
+def faithful_notes(env: gym.Env, info: Mapping[str, Any], reply: str) -> str:
+    """``reply``, and under ``memory="notes"`` before it notes that keep every observation so far."""
     try:
         tag, notes = env.get_wrapper_attr("notes_tag"), env.get_wrapper_attr("notes")
     except AttributeError:
-        return command
-    return f"<{tag}>{notes} {info['state_text']}</{tag}> {command}"
+        return reply
+    return f"<{tag}>{notes} {info['state_text']}</{tag}> {reply}"
 
 
 def _play_episode(
@@ -188,7 +187,7 @@ def _play_episode(
         ) from None
     reset_info, past, flags, step = info, (), [info.get(MILESTONES_KEY)], 0
     waiting: list[int] = []  # actions whose successor, the env's next observation, a summary turn hides
-    while step < max_steps:  # env steps: a summary turn is none
+    while step < max_steps or waiting:  # env steps (a summary turn is none), the last one's successor
         if not info.get("admissible_actions"):
             raise AuditError(
                 f"the env offers no admissible actions (task {task_id}, step {step}): the audit's policy "
@@ -196,14 +195,14 @@ def _play_episode(
             )
         summary = info.get("turn") == SUMMARY_TURN
         step += not summary
-        command = choose(env, info)
+        command, reply = choose(env, info)
         visits.summary.append(summary)
         visits.group.append(group)
         visits.rollout.append(rollout)
         visits.fingerprints.append(tuple(info["fingerprints"]))
         visits.state_text.append(str(info.get("state_text", "")))
         visits.past.append(past[-SHOWN_STEPS:])
-        _, _, terminated, truncated, info = env.step(command_reply(env, command))
+        _, _, terminated, truncated, info = env.step(reply)
         visits.command.append(command)
         visits.action_key.append(int(info["action_key"]))
         visits.next_state.append(int(info["fingerprints"][0]))
@@ -252,10 +251,14 @@ def audit_env(
     kwargs = {"history_length": history_length, "response_format": "plain", **(env_kwargs or {})}
     rng = random.Random(seed)
 
-    def choose(env: gym.Env, info: Mapping[str, Any]) -> str:
+    def choose(env: gym.Env, info: Mapping[str, Any]) -> tuple[str, str]:
+        """What the audit plays (a command, or a summary that keeps every fact offered) and the
+        reply that gives it."""
         if info.get("turn") == SUMMARY_TURN:
-            return " ".join(info["admissible_actions"])  # a summary that keeps every fact offered
-        return faithful_notes(env, info, policy_command(env, info, rng, policy == "expert", ()))
+            summary = " ".join(info["admissible_actions"])
+            return summary, turn_reply(env, info, summary)
+        command = policy_command(env, info, rng, policy == "expert", ())
+        return command, faithful_notes(env, info, turn_reply(env, info, command))
 
     report = AuditReport(env_id, policy, seed, history_length)
     visits = _Visits()

@@ -24,8 +24,7 @@ from typing import Any
 import gymnasium as gym
 
 from hgpo_env.contract.info import RESET_KEYS, STEP_KEYS
-from hgpo_env.prompting.calling import command_reply
-from hgpo_env.prompting.memory import DEFAULT_HISTORY_LENGTH
+from hgpo_env.prompting.memory import DEFAULT_HISTORY_LENGTH, SUMMARY_TURN
 from hgpo_env.textenv.adapter import TextAdapter
 from hgpo_env.textenv.core import TextEnv
 
@@ -110,6 +109,15 @@ def policy_command(
     return rng.choice(list(info["admissible_actions"]) or list(probes))
 
 
+def turn_reply(env: gym.Env, info: Mapping[str, Any], command: str) -> str:
+    """The reply that plays ``command`` on the turn ``info`` asks for, in the env's reply format
+    (the prompt memory's): on a summary turn the summary ``command``, else the command (a call of
+    the env's tool where it reads calls)."""
+    if info.get("turn") == SUMMARY_TURN:
+        return env.get_wrapper_attr("summary_reply")(command)
+    return env.get_wrapper_attr("command_reply")(command)
+
+
 def _default_task_key(env: gym.Env) -> bool:
     """Whether the env's task key is the default one, which cannot see hidden state."""
     base = env.unwrapped
@@ -119,8 +127,11 @@ def _default_task_key(env: gym.Env) -> bool:
 
 
 def _contract_problems(
-    info: Mapping[str, Any], keys: Sequence[str], history_length: int, where: str
+    info: Mapping[str, Any], keys: Sequence[str], history_length: int, where: str, window: bool = True
 ) -> list[str]:
+    """What ``info`` breaks of the contract. Its keys fill levels 0..j and leave those above 0;
+    under the window (``window``), j is ``history_used`` (the other memory kinds key a summary
+    or notes at levels of their own, :mod:`hgpo_env.prompting.kinds`)."""
     missing = [key for key in keys if key not in info]
     if missing:
         return [f"{where}: info lacks {missing}"]
@@ -129,7 +140,10 @@ def _contract_problems(
     if len(levels) != history_length + 1:
         problems.append(f"{where}: {len(levels)} fingerprints, expected {history_length + 1}")
     shown = info["history_used"]
-    if any(key == 0 for key in levels[: shown + 1]) or any(key != 0 for key in levels[shown + 1 :]):
+    filled = next((level for level, key in enumerate(levels) if key == 0), len(levels))
+    if filled == 0 or any(key != 0 for key in levels[filled:]):
+        problems.append(f"{where}: fingerprints {levels} leave a level 0 below one that is not")
+    elif window and filled != shown + 1:
         problems.append(f"{where}: fingerprints {levels} do not match history_used={shown}")
     if not all(isinstance(command, str) for command in info["admissible_actions"]):
         problems.append(f"{where}: admissible_actions must be a list of str")
@@ -147,7 +161,7 @@ def _play(
     info = reset_info
     for t in range(max_steps if commands is None else len(commands)):
         command = policy(info) if commands is None else commands[t]
-        prompt, reward, terminated, truncated, info = env.step(command_reply(env, command))
+        prompt, reward, terminated, truncated, info = env.step(turn_reply(env, info, command))
         sent.append(command)
         infos.append(info)
         trace.append((prompt, float(reward), terminated, truncated, info["fingerprints"]))
@@ -248,12 +262,13 @@ class _Checker:
                 self.report.problems.append(problem)
             for member, (trace, sent, infos, reset_info) in enumerate(episodes):
                 where = f"group {group} member {member}"
+                window = self.kwargs.get("memory", "window") == "window"
                 self.report.problems += _contract_problems(
-                    reset_info, RESET_KEYS, self.history_length, f"{where} reset"
+                    reset_info, RESET_KEYS, self.history_length, f"{where} reset", window
                 )
                 for t, info in enumerate(infos, start=1):
                     self.report.problems += _contract_problems(
-                        info, STEP_KEYS, self.history_length, f"{where} step {t}"
+                        info, STEP_KEYS, self.history_length, f"{where} step {t}", window
                     )
                 self.texts.append([info.get("state_text", "") for info in [reset_info, *infos]])
                 for info in [reset_info, *infos]:

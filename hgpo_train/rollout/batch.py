@@ -15,6 +15,7 @@ import numpy as np
 
 from hgpo_train.advantage import AdvantageConfig, ProgressColumns, Rows, StepCredit, credit_rows
 from hgpo_train.rollout.constrained import Choices
+from hgpo_train.rollout.episodes import Prompt
 
 
 @dataclass
@@ -101,7 +102,7 @@ class StepBatch:
     behaviour_logprobs: list[np.ndarray] | None = None
     """float32 per row, one per response token: its log-prob under the weights that sampled it
     (NaN where the sampler gave none), for ``update.off_policy_correction``; None: not recorded."""
-    window_prompts: list[str | None] | None = None
+    window_prompts: list[Prompt | None] | None = None
     """Per row, the prompt a window of K would have shown instead (action turns under
     ``env.memory: compaction`` or ``notes``), for the tokens the memory saves; None: none given."""
     extras: dict[str, Any] = field(default_factory=dict)

@@ -104,7 +104,7 @@ class EpisodeStep(Generic[R]):
     again where the env failed); None where the env reports none (:mod:`hgpo_env.contract.milestones`)."""
     summary_turn: bool = False
     """The prompt asked for a summary, not a command (``memory="compaction"``'s summary turn)."""
-    window_prompt: str | None = None
+    window_prompt: Prompt | None = None
     """The prompt a window of K would have shown instead (``info["window_prompt"]``: action turns
     under the memory kinds other than the window), None where the env gives none."""
 
@@ -166,7 +166,7 @@ class EpisodeRecorder(Generic[R]):
                 int(result.info.get("action_key", 0)),
                 Progress.of(info, result.info),
                 info.get("turn") == SUMMARY_TURN,
-                info.get("window_prompt"),
+                ChatPrompt.of(info["window_prompt"], info) if "window_prompt" in info else None,
             )
         )
         self.prompts[i], self.infos[i] = ChatPrompt.of(result.obs, result.info), result.info

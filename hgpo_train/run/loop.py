@@ -24,6 +24,7 @@ from hgpo_train.advantage import AdvantageConfig, StepCredit
 from hgpo_train.config import Config, UpdateConfig
 from hgpo_train.rollout.batch import StepBatch
 from hgpo_train.rollout.collect import collect_with_retries
+from hgpo_train.rollout.episodes import Prompt
 from hgpo_train.rollout.overlap import Rollouts
 from hgpo_train.run.diagnostics import credit_metrics
 from hgpo_train.run.stopping import RolloutStopped, StopRequested
@@ -173,7 +174,7 @@ def iteration_metrics(
     credit: StepCredit,
     config: AdvantageConfig,
     advantage_s: float,
-    encode_prompt: Callable[[str], Sequence[int]],
+    encode_prompt: Callable[[Prompt], Sequence[int]],
 ) -> dict[str, float]:
     """What every iteration logs on both backends, under the same names: the rollout's figures,
     the credit's, how stale its samples are, the prompt tokens its memory saved
@@ -197,7 +198,7 @@ def iteration_metrics(
     }
 
 
-def memory_savings(batch: StepBatch, encode_prompt: Callable[[str], Sequence[int]]) -> dict[str, float]:
+def memory_savings(batch: StepBatch, encode_prompt: Callable[[Prompt], Sequence[int]]) -> dict[str, float]:
     """The prompt tokens a memory kind saved per action turn against the window of K, mean and
     share of the window's prompt; none where the env gave no window prompts (the window itself)."""
     if batch.window_prompts is None:
