@@ -29,11 +29,11 @@ import numpy as np
 
 from hgpo_env.vector import GroupedEnvPool
 from hgpo_train.advantage import AdvantageConfig, ProgressColumns, step_credit
-from hgpo_train.rollout.collect import play_episodes, step_columns
-from hgpo_train.rollout.episodes import Episode
+from hgpo_train.rollout.collect import play_episodes, step_columns, template_settings
+from hgpo_train.rollout.episodes import Episode, Prompt
 from hgpo_train.rollout.generation import PromptEncoder
 from hgpo_train.run import durable
-from integrations._framework import missing_framework, text_prompts_only
+from integrations._framework import missing_framework
 from integrations.session import EnvSession
 
 try:
@@ -164,7 +164,8 @@ class HGPOTrainer(GRPOTrainer):
     Each generation batch's rows (``num_generations`` copies of a task row, see
     :func:`task_dataset`) become one task group of envs in a :class:`GroupedEnvPool`; the model
     plays every env to the end, one batched generation per turn, and each step is a sample whose
-    prompt is the env's K-step prompt (chat-templated). Advantages come from
+    prompt is the env's K-step prompt (chat-templated; a chat env's messages are rendered with its
+    tools, and the envs pin the policy's template in their keys). Advantages come from
     :func:`hgpo_train.advantage.compute_advantages` over all processes' steps.
 
     Batch shape: a generation batch yields a variable number of step samples, which TRL splits
@@ -199,7 +200,6 @@ class HGPOTrainer(GRPOTrainer):
         self.env_kwargs = dict(env_kwargs or {})
         self.advantage = advantage or AdvantageConfig()
         self.pool_options = dict(pool_options or {})
-        text_prompts_only(self.env_kwargs, "the TRL step-level trainer")
         gym.make(env_id, **self.env_kwargs).close()  # bad env arguments fail before the model loads
         for name in ("reward_funcs", "tools", "environment_factory", "rollout_func"):
             if kwargs.get(name):
@@ -214,6 +214,10 @@ class HGPOTrainer(GRPOTrainer):
                 "set GRPOConfig(vllm_importance_sampling_correction=False)"
             )
         self._encoder = PromptEncoder(self.processing_class)
+        if self.env_kwargs.get("prompt_format") == "chat":  # the policy's template, unless pinned
+            template_kwargs = self.env_kwargs.get("chat_template_kwargs", {})
+            for name, value in template_settings(self._tokenizer, template_kwargs).items():
+                self.env_kwargs.setdefault(name, value)
         self._pools: dict[tuple[int, int], GroupedEnvPool] = {}
         self._idle_prompt: list[int] = []
         self.last_episodes: list[Episode[StepSample]] = []
@@ -238,7 +242,7 @@ class HGPOTrainer(GRPOTrainer):
             self.accelerator.gather(torch.tensor([int(playing)], device=self.accelerator.device)).sum()
         )
 
-    def _respond(self, prompts: list[str], infos: list[dict[str, Any]]) -> list[StepSample]:
+    def _respond(self, prompts: list[Prompt], infos: list[dict[str, Any]]) -> list[StepSample]:
         self._any_process_playing(True)
         prompt_ids = [self._encoder.prompt_ids(p) for p in prompts]
         self._idle_prompt = prompt_ids[-1]
@@ -410,7 +414,8 @@ class HGPOTrainer(GRPOTrainer):
         for name, value in metrics.items():
             self._metrics[mode][name].append(float(value))
         local = [s for e in episodes for s in e.steps]
-        self._logs["prompt"].extend(gather_object([s.prompt for s in local]))
+        prompts = [s.prompt if isinstance(s.prompt, str) else list(s.prompt.messages) for s in local]
+        self._logs["prompt"].extend(gather_object(prompts))
         self._logs["completion"].extend(gather_object([s.response.text for s in local]))
         self._logs["rewards"][environment_reward.__name__].extend(rewards)
         self._logs["advantages"].extend(advantages.tolist())

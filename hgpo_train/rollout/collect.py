@@ -116,6 +116,16 @@ def opens_reasoning(tokenizer: Any, template_kwargs: Mapping[str, Any]) -> bool:
     return prompt.rstrip().endswith("<think>")
 
 
+def template_settings(tokenizer: Any, template_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """What a chat env (``prompt_format="chat"``) pins of the policy's chat template: its text
+    (in the keys' salt) and whether its generation prompt opens the reasoning block."""
+    template = getattr(tokenizer, "chat_template", None) or ""
+    return {
+        "chat_template": template,
+        "reasoning_open": bool(template) and opens_reasoning(tokenizer, template_kwargs),
+    }
+
+
 def _env_kwargs(env: EnvConfig, tokenizer: Any, overrides: Mapping[str, Any]) -> dict[str, Any]:
     """Constructor arguments of every env: ``env``'s fields, ``env.kwargs``, then ``overrides``."""
     kwargs: dict[str, Any] = {
@@ -130,15 +140,13 @@ def _env_kwargs(env: EnvConfig, tokenizer: Any, overrides: Mapping[str, Any]) ->
         **env.kwargs,
         **overrides,
     }
-    if env.prompt_format == "chat":  # the template's text goes into the keys' salt
-        template = getattr(tokenizer, "chat_template", None) or ""
+    if env.prompt_format == "chat":
         kwargs.update(
             prompt_format="chat",
             call_format=env.call_format,
-            chat_template=template,
             chat_template_kwargs=dict(env.chat_template_kwargs),
             history_replies=env.history_replies,
-            reasoning_open=bool(template) and opens_reasoning(tokenizer, env.chat_template_kwargs),
+            **template_settings(tokenizer, env.chat_template_kwargs),
         )
     if env.max_prompt_tokens is not None:
         kwargs.update(tokenizer=tokenizer, max_prompt_tokens=env.max_prompt_tokens)

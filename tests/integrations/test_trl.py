@@ -167,6 +167,42 @@ def test_step_level_advantages_reach_the_loss(tiny_model, tmp_path, estimator):
     assert nonzero, "every batch had all-zero advantages: the comparison could not fail"
 
 
+def test_step_level_chat_prompts_and_tool_calls(tiny_model, tmp_path):
+    """With prompt_format="chat" every step's prompt is the env's messages rendered once by the
+    policy's template with the env's tools; the env pins that template in its keys' salt, and
+    the env's replies to the decoded completions are the steps recorded."""
+    chat = {**ENV_KWARGS, "prompt_format": "chat", "response_format": "tool_call"}
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    trainer = RecordingTrainer(
+        model=AutoModelForCausalLM.from_pretrained(tiny_model),
+        args=grpo_config(tmp_path, max_steps=1, max_completion_length=24),
+        processing_class=tokenizer,
+        train_dataset=task_dataset([3, 8, 21]),
+        env_id=ENV_ID,
+        env_kwargs=chat,
+        pool_options={"num_workers": 1},
+    )
+    trainer.train()
+    assert trainer.env_kwargs["chat_template"] == tokenizer.chat_template
+    assert trainer.env_kwargs["reasoning_open"] is False  # the tiny template opens no <think>
+    env = gym.make(ENV_ID, **trainer.env_kwargs)
+    (episodes,) = trainer.generations
+    for e in episodes:
+        _, info = env.reset(options={"task_id": trainer.group_tasks[0][e.group]})
+        for step in e.steps:
+            messages = [dict(m) for m in step.prompt.messages]
+            assert messages[0]["role"] == "system" and step.prompt.tools == tuple(info["tools"])
+            rendered = tokenizer.apply_chat_template(
+                messages, tools=info["tools"], add_generation_prompt=True, tokenize=False
+            )
+            assert step.response.prompt_ids == tokenizer(rendered, add_special_tokens=False)["input_ids"]
+            assert step.fingerprints == tuple(info["fingerprints"])
+            _, reward, _, _, info = env.step(step.response.text)
+            assert (float(reward), not info["action_valid"]) == (step.reward, step.invalid)
+    logged = trainer._logs["prompt"][-1]
+    assert isinstance(logged, list) and logged[0]["role"] == "system"
+
+
 def test_mvpo_carries_its_state_from_batch_to_batch_and_through_a_checkpoint(tiny_model, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
 
@@ -253,8 +289,13 @@ def test_bad_arguments_fail_before_the_model_loads(tmp_path):
         HGPOTrainer(model="no/such-model", args=args, env_id=ENV_ID, env_kwargs={"colour": 1})
     with pytest.raises(ValueError, match="reward_funcs belongs to plain GRPOTrainer"):
         HGPOTrainer(model="no/such-model", args=args, env_id=ENV_ID, reward_funcs=[len])
-    with pytest.raises(ValueError, match="the TRL step-level trainer plays text prompts"):
-        HGPOTrainer(model="no/such-model", args=args, env_id=ENV_ID, env_kwargs={"prompt_format": "chat"})
+    with pytest.raises(ValueError, match="response_format must be one of"):
+        HGPOTrainer(
+            model="no/such-model",
+            args=args,
+            env_id=ENV_ID,
+            env_kwargs={"prompt_format": "chat", "response_format": "json"},
+        )
     with pytest.raises(ValueError, match="an env session plays text prompts"):
         environment_factory(ENV_ID, prompt_format="chat")
 
