@@ -7,6 +7,14 @@ the dataset row's extras name the task (``task_id`` and/or ``seed``) and may nam
 and every step's metadata carries the fingerprints of the prompt it returns, the step index,
 the group id and the env's validity, ``won`` and ``score``: what a step-level estimator groups by.
 With ``history_length=0`` the prompts carry no history, for SkyRL's growing conversations.
+
+Chat envs (``prompt_format="chat"`` in ``env_config``) speak SkyRL's messages natively: ``init``
+returns the env's system message and first observation, each step the next observation alone (a
+``tool`` message after a reply that called a tool, else a user message), since SkyRL keeps the
+conversation. That conversation is the memory, so a chat env takes ``history_length=0`` and its
+level-0 key covers what each step adds (the state). SkyRL renders its template without the env's
+tool schemas unless given them: :func:`tool_schemas` gives the ``tools`` for the generator's
+``chat_template_kwargs``.
 """
 
 from __future__ import annotations
@@ -18,7 +26,8 @@ from typing import Any
 import gymnasium as gym
 
 import hgpo_env
-from integrations._framework import missing_framework, text_prompts_only
+from hgpo_env.prompting.chat import Messages
+from integrations._framework import missing_framework
 
 try:
     from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
@@ -40,8 +49,8 @@ class HGPOTextEnv(BaseTextEnv):
         extras: Mapping[str, Any] | None = None,
     ):
         super().__init__()
-        text_prompts_only(env_config or {}, "the SkyRL adapter")
-        self.env = gym.make(env_id, **dict(env_config or {}))
+        self.env = gym.make(env_id, **_gym_kwargs(env_config))
+        self.chat = isinstance(self.env.observation_space, Messages)
         extras = dict(extras or {})
         task_id, seed = extras.get("task_id"), extras.get("seed")
         if task_id is None and seed is None:
@@ -65,27 +74,56 @@ class HGPOTextEnv(BaseTextEnv):
             "score": float(self.info["score"]),
         }
 
-    def init(self, prompt: Any = None) -> tuple[list[dict[str, str]], dict[str, Any]]:
+    def init(self, prompt: Any = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """The first prompt (the dataset's ``prompt`` is not used: the env writes its own)."""
         options = None if self.task_id is None else {"task_id": self.task_id}
-        text, self.info = self.env.reset(seed=self.seed, options=options)
+        observation, self.info = self.env.reset(seed=self.seed, options=options)
         self.turns = 0
-        return [{"role": "user", "content": text}], self._metadata()
+        return (observation if self.chat else [{"role": "user", "content": observation}]), self._metadata()
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
-        text, reward, terminated, truncated, self.info = self.env.step(action)
+        observation, reward, terminated, truncated, self.info = self.env.step(action)
         self.turns += 1
         done = bool(terminated or truncated)
         return BaseTextEnvStepOutput(
-            observations=[] if done else [{"role": "user", "content": text}],
+            observations=[] if done else [self._message(observation)],
             reward=float(reward),
             done=done,
             metadata=self._metadata(),
             postprocessed_action=self.info.get("parsed_action"),
         )
 
+    def _message(self, observation: Any) -> dict[str, Any]:
+        """What a step adds to SkyRL's conversation: the env's prompt as a user message, or a
+        chat env's current observation, answering the reply's call where it made one."""
+        if not self.chat:
+            return {"role": "user", "content": observation}
+        role = "user" if self.info.get("tool_call") is None else "tool"
+        return {"role": role, "content": observation[-1]["content"]}
+
     def close(self) -> None:
         self.env.close()
+
+
+def _gym_kwargs(env_config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``env_config`` as ``gymnasium.make`` arguments: a chat env's history is SkyRL's conversation."""
+    kwargs = dict(env_config or {})
+    if kwargs.get("prompt_format") == "chat" and kwargs.setdefault("history_length", 0) != 0:
+        raise ValueError(
+            "the SkyRL adapter's chat prompts are SkyRL's conversation, which is their memory: "
+            f"set history_length=0 (got {kwargs['history_length']})"
+        )
+    return kwargs
+
+
+def tool_schemas(env_id: str, env_config: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The tool schemas of the chat env ``env_config`` makes: the ``tools`` SkyRL's generator
+    must render with (``generator.chat_template_kwargs``), as SkyRL passes none of its own."""
+    env = gym.make(env_id, **_gym_kwargs(env_config))
+    try:
+        return list(env.reset(seed=0)[1].get("tools", []))
+    finally:
+        env.close()
 
 
 def register_envs() -> None:

@@ -115,4 +115,3 @@ class ParseToolCall(gym.Wrapper[str, Any, str, str]):
         if not parsed.ok:
             info["parse_error"] = f"{parsed.status}: {parsed.detail}"
         return obs, reward, terminated, truncated, info
-
