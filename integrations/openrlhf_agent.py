@@ -5,7 +5,9 @@ prompt, response, environment feedback, response, ... and trains on it as one tr
 its own estimator (``--algo.advantage.estimator group_norm`` is GRPO over ``--rollout.n_samples_per_prompt``
 samples). This module supplies the agent: each sample's label names a task, the env's turns are
 written in the model's chat template, and the episode's env reward (minus a penalty per invalid
-step) is the sample's reward. For step-level HGPO on OpenRLHF use this project's own backend
+step) is the sample's reward. A chat env (``prompt_format="chat"``, ``history_length=0``: the
+sequence is the memory) opens with its system message and first observation rendered with its
+tools, and each later turn is its observation (a tool message after a reply that called a tool). For step-level HGPO on OpenRLHF use this project's own backend
 (``python -m hgpo_train --backend openrlhf``): there every step is its own sample, grouped by fingerprints.
 
 Point OpenRLHF at a file that defines ``AgentExecutor``, e.g.::
@@ -21,12 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from hgpo_train.rollout.generation import end_token_id
-from integrations._framework import missing_framework
+from integrations._framework import missing_framework, turn_message
 from integrations.session import EnvSession
 
 try:
@@ -68,15 +70,24 @@ def write_tasks(path: str | Path, task_ids: Iterable[int]) -> Path:
 
 
 class ChatTurns:
-    """The env's turns in the model's chat template, as text to append to the token sequence.
+    """The env's turns in the model's chat template, as text to append to the token sequence,
+    rendered with the env's tools and template settings (a chat env's ``info["tools"]`` and
+    ``info["chat_template_kwargs"]``).
 
     The model ends its reply with the end-of-turn token (kept in OpenRLHF's action text, whose
     ``skip_special_tokens`` is False by default); the next turn adds what the template puts after
-    it, then the user turn and the assistant header.
+    it, then the user (or tool) turn and the assistant header.
     """
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        tools: Sequence[Mapping[str, Any]] = (),
+        template_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
         self.tokenizer = tokenizer
+        self.tools = [dict(tool) for tool in tools] or None
+        self.template_kwargs = dict(template_kwargs or {})
         self.end_text = tokenizer.decode([end_token_id(tokenizer)])
         reply = "\ue000"  # a private-use character: no template emits it by itself
         self._exchange = [{"role": "user", "content": "-"}, {"role": "assistant", "content": reply}]
@@ -85,17 +96,20 @@ class ChatTurns:
         if not self._after_reply.startswith(self.end_text):
             raise ValueError(f"the chat template does not end a reply with {self.end_text!r}")
 
-    def _render(self, messages: list[dict[str, str]], **kwargs: Any) -> str:
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, **kwargs)
-
-    def first(self, text: str) -> str:
-        return self._render([{"role": "user", "content": text}], add_generation_prompt=True)
-
-    def next(self, text: str, reply_closed: bool) -> str:
-        """The turn after a reply; ``reply_closed``: the reply already ends with the end-of-turn text."""
-        opened = self._render(
-            [*self._exchange, {"role": "user", "content": text}], add_generation_prompt=True
+    def _render(self, messages: list[dict[str, Any]], **kwargs: Any) -> str:
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, tools=self.tools, **self.template_kwargs, **kwargs
         )
+
+    def first(self, prompt: Any) -> str:
+        """The episode's opening: a text prompt as a user turn, or a chat env's messages."""
+        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+        return self._render(messages, add_generation_prompt=True)
+
+    def next(self, message: dict[str, Any], reply_closed: bool) -> str:
+        """The turn ``message`` after a reply; ``reply_closed``: the reply already ends with the
+        end-of-turn text."""
+        opened = self._render([*self._exchange, message], add_generation_prompt=True)
         if not opened.startswith(self._closed):
             raise ValueError("the chat template renders earlier turns differently once a turn is added")
         after = self._after_reply[len(self.end_text) :] if reply_closed else self._after_reply
@@ -110,25 +124,27 @@ class ChatTurns:
 class HGPOAgentInstance(AgentInstanceBase):
     """One episode of one sample: OpenRLHF makes an instance per sample and calls reset, then step."""
 
-    def __init__(self, executor: HGPOAgentExecutor, turns: ChatTurns) -> None:
+    def __init__(self, executor: HGPOAgentExecutor, tokenizer: Any) -> None:
         self.executor = executor
-        self.turns = turns
+        self.tokenizer = tokenizer
+        self.turns: ChatTurns | None = None
         self.session: EnvSession | None = None
 
     async def reset(self, states: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         task_id, seed = parse_label(states["label"])
         self.session = self.executor.take_session()
-        text = await asyncio.to_thread(self.session.reset, task_id=task_id, seed=seed)
-        return {"observation": self.turns.first(text)}
+        prompt = await asyncio.to_thread(self.session.reset, task_id=task_id, seed=seed)
+        self.turns = self.executor.chat_turns(self.tokenizer, self.session.info)
+        return {"observation": self.turns.first(prompt)}
 
     async def step(self, state_dict: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
-        session = self.session
-        if session is None:
+        session, turns = self.session, self.turns
+        if session is None or turns is None:
             raise RuntimeError("step() before reset()")
-        reply, closed = self.turns.strip_end(state_dict["action_text"])
+        reply, closed = turns.strip_end(state_dict["action_text"])
         before = session.episode_return
-        text, _, done = await asyncio.to_thread(session.step, reply)
-        feedback = "" if done else self.turns.next(text, closed)
+        prompt, _, done = await asyncio.to_thread(session.step, reply)
+        feedback = "" if done else turns.next(turn_message(prompt, session.info), closed)
         result = {
             "rewards": torch.tensor(
                 session.episode_return - before
@@ -176,17 +192,22 @@ class HGPOAgentExecutor(MultiTurnAgentExecutor):
     def return_session(self, session: EnvSession) -> None:
         self._idle.append(session)
 
+    def chat_turns(self, tokenizer: Any, info: Mapping[str, Any]) -> ChatTurns:
+        """The turns in ``tokenizer``'s template with the env's tools and settings (from a reset's
+        ``info``: the same for every episode of the env), made once."""
+        if self._turns is None or self._turns.tokenizer is not tokenizer:
+            self._turns = ChatTurns(tokenizer, info.get("tools", ()), info.get("chat_template_kwargs"))
+        return self._turns
+
     async def execute(
         self, prompt, label, sampling_params, max_length: int, hf_tokenizer, llm_engine, images=None
     ):
         # The instance writes turns in the tokenizer's chat template, and OpenRLHF makes instances
         # without arguments: bind this executor and the tokenizer (the same for every call).
-        if self._turns is None or self._turns.tokenizer is not hf_tokenizer:
-            self._turns = ChatTurns(hf_tokenizer)
         made: list[HGPOAgentInstance] = []  # this call's instance (made before its first await)
 
         def make_instance() -> HGPOAgentInstance:
-            made.append(HGPOAgentInstance(self, self._turns))
+            made.append(HGPOAgentInstance(self, hf_tokenizer))
             return made[-1]
 
         self.agent_instance_cls = make_instance

@@ -2,7 +2,8 @@
 
 At environment level a framework keeps the whole episode in one growing conversation, so the
 conversation is the memory: the env is made with ``history_length=0`` and every turn's text is
-the env's prompt for the current state (task, step count, observation, admissible actions).
+the env's prompt for the current state (task, step count, observation, admissible actions); a
+chat env's turns are its messages (:func:`~integrations._framework.turn_message`).
 The session keeps what the framework's reward needs: the env reward summed over the episode,
 the invalid steps, ``won`` and the env-native ``score``.
 """
@@ -15,11 +16,12 @@ from typing import Any
 import gymnasium as gym
 
 import hgpo_env  # noqa: F401  (registers the HGPO-* ids)
-from integrations._framework import text_prompts_only
+from integrations._framework import conversation_env_kwargs
 
 
 class EnvSession:
-    """One env, one episode at a time, text in and text out.
+    """One env, one episode at a time: a reply in, the env's prompt out (text, or a chat env's
+    messages).
 
     Args:
         env_id: a registered ``HGPO-*`` id.
@@ -40,7 +42,7 @@ class EnvSession:
     ) -> None:
         if invalid_penalty < 0:
             raise ValueError(f"invalid_penalty must be >= 0, got {invalid_penalty!r}")
-        text_prompts_only(env_kwargs, "an env session")
+        env_kwargs = conversation_env_kwargs(env_kwargs, "an env session")
         env_kwargs.setdefault("history_length", 0)
         if servers:
             from hgpo_env.serve.client import RemoteEnv
@@ -55,23 +57,23 @@ class EnvSession:
         self.steps = 0
         self.done = True
 
-    def reset(self, *, task_id: int | None = None, seed: int | None = None) -> str:
-        """Start an episode on task ``task_id`` (or the task ``seed`` draws); returns the first turn's text."""
+    def reset(self, *, task_id: int | None = None, seed: int | None = None) -> Any:
+        """Start an episode on task ``task_id`` (or the task ``seed`` draws); returns the first prompt."""
         options = None if task_id is None else {"task_id": int(task_id)}
-        text, self.info = self.env.reset(seed=None if seed is None else int(seed), options=options)
+        prompt, self.info = self.env.reset(seed=None if seed is None else int(seed), options=options)
         self.total_reward, self.invalid_steps, self.steps, self.done = 0.0, 0, 0, False
-        return text
+        return prompt
 
-    def step(self, response: str) -> tuple[str, float, bool]:
-        """Send one response; returns the next turn's text, the step's reward and whether the episode ended."""
+    def step(self, response: str) -> tuple[Any, float, bool]:
+        """Send one response; returns the next prompt, the step's reward and whether the episode ended."""
         if self.done:
             raise RuntimeError("the episode is over: call reset() before stepping again")
-        text, reward, terminated, truncated, self.info = self.env.step(response)
+        prompt, reward, terminated, truncated, self.info = self.env.step(response)
         self.total_reward += float(reward)
         self.invalid_steps += not self.info["action_valid"]
         self.steps += 1
         self.done = bool(terminated or truncated)
-        return text, float(reward), self.done
+        return prompt, float(reward), self.done
 
     @property
     def episode_return(self) -> float:

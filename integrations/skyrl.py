@@ -27,7 +27,7 @@ import gymnasium as gym
 
 import hgpo_env
 from hgpo_env.prompting.chat import Messages
-from integrations._framework import missing_framework
+from integrations._framework import conversation_env_kwargs, missing_framework, turn_message
 
 try:
     from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
@@ -49,7 +49,7 @@ class HGPOTextEnv(BaseTextEnv):
         extras: Mapping[str, Any] | None = None,
     ):
         super().__init__()
-        self.env = gym.make(env_id, **_gym_kwargs(env_config))
+        self.env = gym.make(env_id, **conversation_env_kwargs(env_config or {}, "the SkyRL adapter"))
         self.chat = isinstance(self.env.observation_space, Messages)
         extras = dict(extras or {})
         task_id, seed = extras.get("task_id"), extras.get("seed")
@@ -86,40 +86,21 @@ class HGPOTextEnv(BaseTextEnv):
         self.turns += 1
         done = bool(terminated or truncated)
         return BaseTextEnvStepOutput(
-            observations=[] if done else [self._message(observation)],
+            observations=[] if done else [turn_message(observation, self.info)],
             reward=float(reward),
             done=done,
             metadata=self._metadata(),
             postprocessed_action=self.info.get("parsed_action"),
         )
 
-    def _message(self, observation: Any) -> dict[str, Any]:
-        """What a step adds to SkyRL's conversation: the env's prompt as a user message, or a
-        chat env's current observation, answering the reply's call where it made one."""
-        if not self.chat:
-            return {"role": "user", "content": observation}
-        role = "user" if self.info.get("tool_call") is None else "tool"
-        return {"role": role, "content": observation[-1]["content"]}
-
     def close(self) -> None:
         self.env.close()
-
-
-def _gym_kwargs(env_config: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``env_config`` as ``gymnasium.make`` arguments: a chat env's history is SkyRL's conversation."""
-    kwargs = dict(env_config or {})
-    if kwargs.get("prompt_format") == "chat" and kwargs.setdefault("history_length", 0) != 0:
-        raise ValueError(
-            "the SkyRL adapter's chat prompts are SkyRL's conversation, which is their memory: "
-            f"set history_length=0 (got {kwargs['history_length']})"
-        )
-    return kwargs
 
 
 def tool_schemas(env_id: str, env_config: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """The tool schemas of the chat env ``env_config`` makes: the ``tools`` SkyRL's generator
     must render with (``generator.chat_template_kwargs``), as SkyRL passes none of its own."""
-    env = gym.make(env_id, **_gym_kwargs(env_config))
+    env = gym.make(env_id, **conversation_env_kwargs(env_config or {}, "the SkyRL adapter"))
     try:
         return list(env.reset(seed=0)[1].get("tools", []))
     finally:

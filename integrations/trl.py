@@ -33,7 +33,7 @@ from hgpo_train.rollout.collect import play_episodes, step_columns, template_set
 from hgpo_train.rollout.episodes import Episode, Prompt
 from hgpo_train.rollout.generation import PromptEncoder
 from hgpo_train.run import durable
-from integrations._framework import missing_framework
+from integrations._framework import missing_framework, text_prompts_only
 from integrations.session import EnvSession
 
 try:
@@ -90,6 +90,7 @@ class HGPOToolEnvironment:
     """
 
     def __init__(self, env_id: str, *, invalid_penalty: float = 0.1, **env_kwargs: Any) -> None:
+        text_prompts_only(env_kwargs, "TRL's environment level (its own loop calls the env's act tool)")
         env_kwargs.setdefault("response_format", "plain")  # the tool argument is the command
         self.session = EnvSession(env_id, invalid_penalty=invalid_penalty, **env_kwargs)
 
@@ -128,7 +129,7 @@ def environment_factory(env_id: str, **env_kwargs: Any) -> Callable[[], HGPOTool
     """``GRPOTrainer(environment_factory=...)`` for an HGPO-* env; ``env_kwargs`` go to
     :class:`HGPOToolEnvironment` (``invalid_penalty``, and ``servers=[url, ...]`` to play on env
     servers through OpenEnv's client, TRL's native path) and ``gymnasium.make``."""
-    probe = EnvSession(env_id, **env_kwargs)  # bad arguments fail here, once
+    probe = HGPOToolEnvironment(env_id, **env_kwargs).session  # bad arguments fail here, once
     if env_kwargs.get("servers"):
         probe.reset(seed=0)  # a served env is made at its first reset
     probe.close()

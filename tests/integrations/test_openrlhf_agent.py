@@ -27,8 +27,9 @@ class ExpertEngine:
     """Stands in for OpenRLHF's vLLM engine: replies with the expert's command for a replica of the
     episode (after ``invalid_first`` inadmissible replies), each ending with the end-of-turn token."""
 
-    def __init__(self, tokenizer, task_id: int, invalid_first: int = 0) -> None:
+    def __init__(self, tokenizer, task_id: int, invalid_first: int = 0, calls: bool = False) -> None:
         self.tokenizer = tokenizer
+        self.calls = calls  # the expert's commands as hermes tool calls (the reply that is not: as text)
         self.replica = gym.make(ENV_ID, history_length=0, **ENV_KWARGS)
         self.replica.reset(options={"task_id": task_id})
         self.invalid_left = invalid_first
@@ -41,6 +42,8 @@ class ExpertEngine:
         else:
             reply = self.replica.unwrapped.expert_action()
         self.replica.step(reply)
+        if self.calls and reply != "fly away":
+            reply = f'<tool_call>\n{{"name": "act", "arguments": {{"command": "{reply}"}}}}\n</tool_call>'
         self.replies.append(reply)
         ids = self.tokenizer.encode(reply, add_special_tokens=False) + [self.tokenizer.eos_token_id]
         text = self.tokenizer.decode(ids, skip_special_tokens=sampling_params.skip_special_tokens)
@@ -94,6 +97,31 @@ def test_an_episode_through_openrlhfs_executor_and_experience_builder(tiny_model
     assert experience.action_mask.sum().item() == sum(b - a for a, b in result["action_ranges"])
 
 
+def test_a_chat_env_opens_with_its_messages_and_answers_calls_with_tool_turns(tiny_model):
+    chat = {**ENV_KWARGS, "prompt_format": "chat", "response_format": "tool_call"}
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    executor = agent_executor(ENV_ID, **chat)()
+    engine = ExpertEngine(tokenizer, task_id=5, invalid_first=1, calls=True)
+    result = play(executor, tokenizer, json.dumps({"task_id": 5}), engine)
+    assert result["reward"] == pytest.approx(10.0 - 0.1)  # won by calls, one reply without a call
+
+    # the sequence is the env's messages, then each reply and the observation it led to: a tool
+    # message after a call, a user message after the reply that made none; rendered with the tools
+    reference = gym.make(ENV_ID, history_length=0, **chat)
+    conversation, info = reference.reset(options={"task_id": 5})
+    assert [m["role"] for m in conversation] == ["system", "user"]
+    for reply in engine.replies:
+        messages, _, terminated, truncated, _ = reference.step(reply)
+        conversation.append({"role": "assistant", "content": reply})
+        if not (terminated or truncated):
+            role = "tool" if reply.startswith("<tool_call>") else "user"
+            conversation.append({"role": role, "content": messages[-1]["content"]})
+    assert {"user", "tool"} <= {m["role"] for m in conversation[2:]}
+    rendered = tokenizer.apply_chat_template(conversation, tools=info["tools"], tokenize=False)
+    played = tokenizer.decode(result["observation_tokens"])
+    assert "<|im_start|>tools" in played and rendered == played + "\n"
+
+
 def test_samples_of_one_prompt_play_its_task_and_share_envs(tiny_model):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     executor = agent_executor(ENV_ID, **ENV_KWARGS)()
@@ -138,8 +166,8 @@ def test_labels_and_task_files(tmp_path):
 def test_bad_env_arguments_fail_when_the_executor_class_is_made():
     with pytest.raises(TypeError):
         agent_executor(ENV_ID, colour=1)
-    with pytest.raises(ValueError, match="plays text prompts; prompt_format='chat'"):
-        agent_executor(ENV_ID, prompt_format="chat")
+    with pytest.raises(ValueError, match="keeps the conversation, which is a chat env's memory"):
+        agent_executor(ENV_ID, prompt_format="chat", history_length=2)
 
 
 def test_missing_openrlhf_names_the_extra(monkeypatch):

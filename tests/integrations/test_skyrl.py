@@ -67,7 +67,9 @@ def test_every_hgpo_env_is_registered_and_rows_must_name_a_task():
     assert {"hgpo-rooms", "hgpo-alfworld", "hgpo-webshop"} <= set(skyrl_gym.envs.registration.registry)
     with pytest.raises(ValueError, match="'task_id' and/or 'seed'"):
         skyrl_gym.make("hgpo-rooms", env_config=CONFIG, extras={})
-    with pytest.raises(ValueError, match="SkyRL's conversation, which is their memory: set history_length=0"):
+    with pytest.raises(
+        ValueError, match="keeps the conversation, which is a chat env's memory: set history_length=0"
+    ):
         skyrl_gym.make("hgpo-rooms", env_config={**CONFIG, "prompt_format": "chat"}, extras={"seed": 3})
     seeded = skyrl_gym.make("hgpo-rooms", env_config=CONFIG, extras={"seed": 3})
     again = skyrl_gym.make("hgpo-rooms", env_config=CONFIG, extras={"seed": 3})
