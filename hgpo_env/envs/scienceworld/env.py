@@ -18,12 +18,23 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal
 
-from scienceworld import ScienceWorldEnv as _Engine
+from scienceworld import ScienceWorldEnv
 
 from hgpo_env.textenv.adapter import Raw, StepResult, TextAdapter, TextEnvSpec
 
 _NO_LIMIT = 1_000_000
 _UNKNOWN = ("No known action matches that input.", "Unknown action")
+
+
+class _Engine(ScienceWorldEnv):
+    """ScienceWorld's engine. It lists the valid actions at every step and reset, and copies the
+    list from Java one element per round trip (hundreds of them): an env that shows no list
+    (``list_valid_actions=False``) skips that, and its raw ``info["valid"]`` is empty."""
+
+    list_valid = True
+
+    def get_valid_action_object_combinations(self) -> list[str]:
+        return super().get_valid_action_object_combinations() if self.list_valid else []
 
 
 def sorted_listings(text: str) -> str:
@@ -90,6 +101,7 @@ class ScienceWorldEnv(TextAdapter):
         if split not in ("train", "dev", "test"):
             raise ValueError(f"split must be 'train', 'dev' or 'test', got {split!r}")
         engine = _Engine("", envStepLimit=_NO_LIMIT)
+        engine.list_valid = list_valid_actions
         if task not in engine.get_task_names():
             engine.close()
             raise ValueError(f"task must be a ScienceWorld task name, got {task!r}")
