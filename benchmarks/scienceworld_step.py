@@ -74,7 +74,10 @@ def main() -> None:
     print(f"{'env':<44}{'median ms':>10}{'ratio':>8}")
     baseline = statistics.median(engine) * 1000
     print(f"{'ScienceWorldEnv.step (lists valid actions)':<44}{baseline:>10.1f}{1.0:>8.2f}")
-    for name, kwargs in [("HGPO-ScienceWorld-v0", {}), ("  with list_valid_actions=True", {"list_valid_actions": True})]:
+    for name, kwargs in [
+        ("HGPO-ScienceWorld-v0", {}),
+        ("  with list_valid_actions=True", {"list_valid_actions": True}),
+    ]:
         seconds, scores = our_steps(args.task, paths, **kwargs)
         if scores != engine_scores:
             raise SystemExit(f"{name}: the scores differ from the engine's")
