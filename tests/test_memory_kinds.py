@@ -391,12 +391,18 @@ def test_a_bring_your_own_env_takes_every_kind():
         assert ("summary" in turns) == (kwargs["memory"] == "compaction")
 
 
-def test_a_served_env_plays_summary_turns_as_gym_make_does():
+@pytest.mark.parametrize("prompt_format", ["text", "chat"])
+def test_a_served_env_plays_summary_turns_as_gym_make_does(prompt_format):
     from serve_helpers import running_server
 
     from hgpo_env.serve.client import RemoteEnv
 
-    options = {"memory": "compaction", "compact_every": 3, "response_format": "plain"}
+    options = {
+        "memory": "compaction",
+        "compact_every": 3,
+        "response_format": "plain",
+        "prompt_format": prompt_format,
+    }
     with running_server("HGPO-Rooms-v0", *(f"{k}={v}" for k, v in options.items())) as (url, _):
         remote, local = RemoteEnv([url], **options), gym.make("HGPO-Rooms-v0", **options)
         try:
