@@ -7,8 +7,9 @@ samples). This module supplies the agent: each sample's label names a task, the 
 written in the model's chat template, and the episode's env reward (minus a penalty per invalid
 step) is the sample's reward. A chat env (``prompt_format="chat"``, ``history_length=0``: the
 sequence is the memory) opens with its system message and first observation rendered with its
-tools, and each later turn is its observation (a tool message after a reply that called a tool). For step-level HGPO on OpenRLHF use this project's own backend
-(``python -m hgpo_train --backend openrlhf``): there every step is its own sample, grouped by fingerprints.
+tools, and each later turn is its observation (a tool message after a reply that called a tool).
+For step-level HGPO on OpenRLHF use this project's own backend (``python -m hgpo_train --backend
+openrlhf``): there every step is its own sample, grouped by fingerprints.
 
 Point OpenRLHF at a file that defines ``AgentExecutor``, e.g.::
 

@@ -61,6 +61,11 @@ FREE_FORM_CHAT_ANSWER_FORMATS = {
 }
 
 
+def chat_answers(free_form: bool) -> dict[str, str]:
+    """The window's answer formats, for worlds with or without an admissible list."""
+    return FREE_FORM_CHAT_ANSWER_FORMATS if free_form else CHAT_ANSWER_FORMATS
+
+
 class Messages(gym.spaces.Space[list]):
     """The observation space of chat prompts: lists of messages, each a mapping with a ``role``
     among system, user, assistant and tool and a text ``content``."""
@@ -304,10 +309,9 @@ class ChatMemory(KStepMemory):
                 "prompt_format='chat' keys the current observation with its admissible list: fingerprint_state must be 'text'"
             )
         free_form = bool(env_attribute(env, "free_form", False))
-        window_answers = FREE_FORM_CHAT_ANSWER_FORMATS if free_form else CHAT_ANSWER_FORMATS
-        if response_format not in window_answers:
+        if response_format not in chat_answers(free_form):
             raise ValueError(
-                f"response_format must be one of {tuple(window_answers)}, got {response_format!r}"
+                f"response_format must be one of {tuple(chat_answers(free_form))}, got {response_format!r}"
             )
         tool_set = env_attribute(env, "tool_set", None) if response_format == "tool_call" else None
         layout = ChatLayout(
@@ -324,7 +328,7 @@ class ChatMemory(KStepMemory):
             env, history_length, fingerprint_mode, template=layout, response_format=response_format, **kwargs
         )  # type: ignore[arg-type]
         self.template: ChatLayout = layout  # type: ignore[assignment]
-        self.window_template = replace(layout, answer_format=window_answers[response_format])
+        self.window_template = replace(layout, answer_format=chat_answers(free_form)[response_format])
         self.settings = settings
         self.tools = tool_set.schemas() if tool_set is not None else []
         self._salt = settings.digest(self.tools)
@@ -333,7 +337,7 @@ class ChatMemory(KStepMemory):
     @classmethod
     def answer_format(cls, response_format: str, free_form: bool, **kind_options: Any) -> str:
         """The system message's answer format (a memory kind that asks for more overrides it)."""
-        return (FREE_FORM_CHAT_ANSWER_FORMATS if free_form else CHAT_ANSWER_FORMATS)[response_format]
+        return chat_answers(free_form)[response_format]
 
     def _state_key(self, obs: str, info: dict[str, Any]) -> int:
         current = self.template.current(obs, info["admissible_actions"])

@@ -14,12 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from hgpo_env.contract.fingerprint import canonical_text
-from hgpo_env.prompting.chat import (
-    CHAT_ANSWER_FORMATS,
-    FREE_FORM_CHAT_ANSWER_FORMATS,
-    ChatMemory,
-    rendered_text,
-)
+from hgpo_env.prompting.chat import ChatMemory, chat_answers, rendered_text
 from hgpo_env.prompting.compaction import SUMMARY_FORMATS, CompactionMemory
 from hgpo_env.prompting.memory import tagged
 from hgpo_env.prompting.notes import NotesMemory, notes_request
@@ -67,7 +62,6 @@ class ChatNotes(ChatMemory, NotesMemory):
     @classmethod
     def answer_format(cls, response_format: str, free_form: bool, **kind_options: Any) -> str:
         tag = kind_options.get("notes_tag", "notes")
-        answers = FREE_FORM_CHAT_ANSWER_FORMATS if free_form else CHAT_ANSWER_FORMATS
         if response_format == "think_action":
             command = (
                 "write your next command"
@@ -78,4 +72,5 @@ class ChatNotes(ChatMemory, NotesMemory):
                 "Each turn, first reason step by step about the current situation inside <think> </think> "
                 f"tags. Then {notes_request(tag)}. Then {command} inside <action> </action> tags."
             )
-        return f"Each turn, first {notes_request(tag)}. Then {answers[response_format].removeprefix('Each turn, ')}"
+        answer = chat_answers(free_form)[response_format].removeprefix("Each turn, ")
+        return f"Each turn, first {notes_request(tag)}. Then {answer}"

@@ -119,14 +119,13 @@ class NotesMemory(KStepMemory):
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """Take the notes out of ``action`` (a reply, or a chat model's assistant message, whose
         content holds them), then step with the rest."""
-        if isinstance(action, Mapping):
-            content = action.get("content") or ""
-            self._notes = tagged(content, self.notes_tag) or ""
-            command = {**action, "content": untagged(content, self.notes_tag).strip()}
-        else:
-            self._notes = tagged(action, self.notes_tag) or ""
-            command = untagged(action, self.notes_tag)
-        obs, reward, terminated, truncated, info = self._act(command)
+        message = isinstance(action, Mapping)
+        text = (action.get("content") or "") if message else action
+        self._notes = tagged(text, self.notes_tag) or ""
+        rest = untagged(text, self.notes_tag)
+        obs, reward, terminated, truncated, info = self._act(
+            {**action, "content": rest.strip()} if message else rest
+        )
         return self._observe(obs, info), reward, terminated, truncated, info
 
     def _observe(self, obs: str, info: dict[str, Any]) -> str:

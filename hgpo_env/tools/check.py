@@ -260,9 +260,9 @@ class _Checker:
             problem = group_start_problem(group, task_id, [e[3] for e in episodes])
             if problem:
                 self.report.problems.append(problem)
+            window = self.kwargs.get("memory", "window") == "window"
             for member, (trace, sent, infos, reset_info) in enumerate(episodes):
                 where = f"group {group} member {member}"
-                window = self.kwargs.get("memory", "window") == "window"
                 self.report.problems += _contract_problems(
                     reset_info, RESET_KEYS, self.history_length, f"{where} reset", window
                 )
