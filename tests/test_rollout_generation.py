@@ -22,6 +22,7 @@ from test_train_loss import step_batch
 import hgpo_env
 from hgpo_env.envs.webshop import SEARCH_PLACEHOLDER
 from hgpo_env.prompting.memory import action_reply
+from hgpo_env.prompting.tool_calls import ToolCall, parse_tool_call, write_call
 from hgpo_train.config import EnvConfig, GenerationConfig, ModelConfig, TinyModelConfig
 from hgpo_train.rollout.collect import collect_rollouts, make_pool
 from hgpo_train.rollout.constrained import (
@@ -38,6 +39,7 @@ from hgpo_train.rollout.constrained import (
     slot_vocabulary,
     split_slot,
 )
+from hgpo_train.rollout.episodes import ChatPrompt
 from hgpo_train.rollout.generation import (
     CHOICES_PROCESSOR,
     HFGenerator,
@@ -82,14 +84,19 @@ def _prompts(response_format: str, n: int, steps: int = 3):
     return prompts, admissible
 
 
-def test_a_tool_call_with_a_free_text_argument_is_refused_not_sampled_as_its_placeholder():
-    info = {
-        "admissible_actions": ["search[<your query>]"],
-        "admissible_replies": ['{"query": "<your query>"}'],
-    }
-    with pytest.raises(ValueError, match=r"free-text argument \(search\[<your query>\]\)"):
-        reply_choices(info, "tool_call")
-    assert reply_choices(info, "plain") == info["admissible_replies"]  # text replies have their slot
+def test_a_tool_calls_free_text_argument_is_a_slot_of_its_call_format():
+    """WebShop's search call has its query as a slot: a JSON string (``hermes``, ``llama3``) or an
+    XML parameter's text (``qwen_xml``), whose text holds nothing that would end it early."""
+    for call_format, kind in [("hermes", '"'), ("llama3", '"'), ("qwen_xml", "\n")]:
+        reply = write_call(ToolCall("search", {"query": "<your query>"}), call_format)
+        parts = split_slot(reply)
+        assert parts.prefix + "<your query>" + parts.suffix == reply
+        assert parts.kind.closing == kind and parts.suffix.startswith(kind)
+        language = re.compile(choices_regex([reply]))
+        assert language.fullmatch(reply.replace("<your query>", "red shoes under $40"))
+        for query in ("", "a]b", "a\nb", *(['a"b', "a\\b"] if kind == '"' else ["a<b"])):
+            assert not language.fullmatch(reply.replace("<your query>", query)), (call_format, query)
+    assert split_slot(write_call(ToolCall("act", {"command": "go north"}), "qwen_xml")) is None
 
 
 def test_tiny_model_loads_back_through_from_pretrained(tiny):
@@ -164,8 +171,8 @@ def test_slot_choice_allows_a_prefix_free_text_and_its_closing():
 
 
 def test_slots_are_found_and_turned_into_one_regular_expression():
-    assert split_slot("search[<your query>]") == ("search[", "]")
-    assert split_slot("<action>search[<your query>]</action>") == ("<action>search[", "]</action>")
+    assert split_slot("search[<your query>]")[:2] == ("search[", "]")
+    assert split_slot("<action>search[<your query>]</action>")[:2] == ("<action>search[", "]</action>")
     assert split_slot("click[< prev]") is None and split_slot("click[next >]") is None
     with pytest.raises(ValueError, match="at most one free-text slot"):
         split_slot("a[<x>] b[<y>]")
@@ -340,6 +347,45 @@ def test_constrained_search_writes_a_query_that_webshop_accepts(
     _, _, _, _, info = env.step(text)
     assert info["action_valid"] and "click[back to search]" in info["admissible_actions"]
     env.close()
+
+
+def test_constrained_search_call_writes_a_query_that_webshop_accepts(
+    tiny, shared_data, tmp_path, monkeypatch
+):
+    """Under tool calls the query is sampled inside the call as its format writes it: every
+    closed response is one well-formed search call, and the env takes it. One format of each
+    slot kind: a JSON string (``hermes``; ``llama3``'s is the same kind) and an XML parameter."""
+    model, tokenizer, _ = tiny
+    monkeypatch.setenv("HGPO_DATA", str(tmp_path))  # the env's search index cache, built once
+    for call_format in ("hermes", "qwen_xml"):
+        env = gym.make(
+            "HGPO-WebShop-v0",
+            data_path=str(shared_data / "webshop"),
+            prompt_format="chat",
+            response_format="tool_call",
+            call_format=call_format,
+        )
+        messages, info = env.reset(options={"task_id": 0})
+        replies = reply_choices(info, "tool_call")
+        (search,) = replies
+        closing = slot_vocabulary(tokenizer, split_slot(search).kind).closing
+        fixed = len(tokenizer.encode(search.replace("<your query>", ""), add_special_tokens=False))
+        generator = HFGenerator(
+            _closing_biased(model, closing), tokenizer, GenerationConfig(max_new_tokens=fixed + 12)
+        )
+        torch.manual_seed(0)
+        generations = generator.generate([ChatPrompt.of(messages, info)] * 4, [replies] * 4)
+        closed = [g for g in generations if g.response_ids[-1] == generator.encoder.end_id]
+        assert len(closed) >= 2, call_format
+        tools = env.get_wrapper_attr("agent_tools").tools
+        calls = [parse_tool_call(g.text, tools, call_format) for g in closed]
+        assert all(c.status == "ok" and c.call.name == "search" for c in calls), [g.text for g in closed]
+        for generation in closed:
+            allowed_tokens(generation.choices, generation.response_ids, generator.encoder.end_id)
+        text = next(g.text for g, c in zip(closed, calls) if c.call.arguments["query"].strip().isprintable())
+        _, _, _, _, info = env.step(text)
+        assert info["parse"] == "ok" and info["action_valid"], info
+        env.close()
 
 
 def test_a_slot_that_never_closes_is_cut_at_max_new_tokens(tiny):

@@ -8,13 +8,17 @@ is an admissible command: in the ``plain`` response format the bare command, in 
 Memory turns offer whole replies of their own: a summary turn the facts it showed, a notes
 prompt each note it may keep with each command (:mod:`hgpo_env.prompting.notes`).
 
-A command whose bracketed argument is a ``<placeholder>`` (:data:`SLOT`), as WebShop's
-``search[<your query>]``, is a template: the response is its text up to the ``[`` (token by
-token, as the tree), then free text of at least one character without ``]`` or a newline, then
-``]``, the rest of the command and the end token. Which vocabulary tokens may write that text,
-and which close it (text then ``]``, or ``]`` alone), is worked out once per tokenizer
-(:class:`SlotVocabulary`); the text is only bounded by ``generation.max_new_tokens``, where
-the response is cut (and the env rejects it).
+A reply whose free-text argument is a ``<placeholder>`` is a template with a slot
+(:data:`SLOT_KINDS`): WebShop's ``search[<your query>]`` as a command, or its ``search`` call
+with ``"<your query>"`` as a JSON string (``hermes``, ``llama3``) or as an XML parameter's text
+(``qwen_xml``). The response is the reply's text up to the slot (token by token, as the tree),
+then free text of at least one character, then the slot's closing character (``]``, ``"`` or a
+newline), the rest of the reply and the end token. The text never holds the closing character,
+a newline or ``]`` (the env's command would end there), nor what its kind could not hold
+unescaped (a backslash in JSON, ``<`` in XML). Which vocabulary tokens may write that text, and
+which close it (text then the closing character, or that character alone), is worked out once
+per tokenizer and kind (:class:`SlotVocabulary`); the text is only bounded by
+``generation.max_new_tokens``, where the response is cut (and the env rejects it).
 
 The trained policy is the constrained distribution: the update renormalises log-probabilities
 over the same allowed tokens (:func:`allowed_tokens` recomputes the sampler's sets, slot
@@ -27,32 +31,75 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from transformers import LogitsProcessor
 
 from hgpo_env.prompting.memory import action_reply
 
-SLOT = re.compile(r"\[(<[^<>\[\]\n]+>)\]")
-"""A free-text slot: a ``<placeholder>`` that is a command's whole bracketed argument (group 1)."""
-SLOT_REGEX = r"[^\]\n]+"
-"""The text a slot stands for, as a regular expression."""
+_CLASS_ESCAPES = {chr(c): f"\\x{c:02x}" for c in range(32)} | {
+    "\n": r"\n",
+    "]": r"\]",
+    "\\": r"\\",
+    "^": r"\^",
+    "-": r"\-",
+}
+"""How a character is written inside a regex's character class (every dialect reads these)."""
 
 
-def split_slot(text: str) -> tuple[str, str] | None:
-    """``text`` around its slot: the part up to and including ``[``, and the part from ``]`` on;
-    None when ``text`` has no slot."""
+@dataclass(frozen=True)
+class SlotKind:
+    """Where a free-text slot may sit: after ``opening`` (a regex), a ``<placeholder>``, then
+    ``closing`` (the one character that ends the text); ``excluded`` are the characters its text
+    never holds, ``closing`` among them."""
+
+    opening: str
+    closing: str
+    excluded: str
+
+    @property
+    def text_regex(self) -> str:
+        """The text the slot stands for, as a regular expression."""
+        return "[^" + "".join(_CLASS_ESCAPES.get(c, c) for c in self.excluded) + "]+"
+
+    def holds(self, text: str) -> bool:
+        return bool(text) and not any(c in text for c in self.excluded)
+
+
+COMMAND_SLOT = SlotKind(r"\[", "]", "]\n")
+"""A command's whole bracketed argument: ``search[<your query>]``."""
+SLOT_KINDS = (
+    COMMAND_SLOT,
+    SlotKind(r'"', '"', ']"\\' + "".join(map(chr, range(32)))),  # a JSON string: nothing to escape
+    SlotKind(r"<parameter=[^<>\n]+>\n", "\n", "]\n<"),  # a qwen_xml parameter's text
+)
+_PLACEHOLDER = r"<[^<>\[\]\n]+>"
+SLOT = re.compile(
+    "|".join(f"{kind.opening}({_PLACEHOLDER})(?={re.escape(kind.closing)})" for kind in SLOT_KINDS)
+)
+"""A free-text slot: a ``<placeholder>`` in one of the :data:`SLOT_KINDS`' places (the group of
+its kind)."""
+
+
+class SlotSplit(NamedTuple):
+    """A reply around its slot: ``prefix`` up to the placeholder, ``suffix`` from the closing
+    character on."""
+
+    prefix: str
+    suffix: str
+    kind: SlotKind
+
+
+def split_slot(text: str) -> SlotSplit | None:
+    """``text`` around its slot; None when ``text`` has no slot."""
     slots = list(SLOT.finditer(text))
     if not slots:
         return None
     if len(slots) > 1:
         raise ValueError(f"a choice may have at most one free-text slot <...>, got {text!r}")
-    return text[: slots[0].start(1)], text[slots[0].end(1) :]
-
-
-def _is_slot_text(text: str) -> bool:
-    return bool(text) and "]" not in text and "\n" not in text
+    slot, group = slots[0], slots[0].lastindex
+    return SlotSplit(text[: slot.start(group)], text[slot.end(group) :], SLOT_KINDS[group - 1])
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,8 +116,11 @@ class SlotVocabulary:
     closing: torch.Tensor
 
 
-def classify_slot_tokens(texts: Sequence[str], special_ids: Collection[int]) -> SlotVocabulary:
-    """The slot masks of a vocabulary whose token ``i`` decodes to ``texts[i]`` on its own.
+def classify_slot_tokens(
+    texts: Sequence[str], special_ids: Collection[int], kind: SlotKind = COMMAND_SLOT
+) -> SlotVocabulary:
+    """The masks of a ``kind`` slot over a vocabulary whose token ``i`` decodes to ``texts[i]``
+    on its own.
 
     Special tokens never write text: they end turns or carry markup the env never sees.
     """
@@ -81,26 +131,28 @@ def classify_slot_tokens(texts: Sequence[str], special_ids: Collection[int]) -> 
     for i, text in enumerate(texts):
         if i in special:
             continue
-        if text == "]":
+        if text == kind.closing:
             closes_bare[i] = True
-        elif text.endswith("]"):
-            closes_text[i] = _is_slot_text(text[:-1])
+        elif text.endswith(kind.closing):
+            closes_text[i] = kind.holds(text[:-1])
         else:
-            inside[i] = _is_slot_text(text)
+            inside[i] = kind.holds(text)
     if not (inside | closes_text).any() or not (closes_text | closes_bare).any():
-        raise ValueError("the vocabulary cannot write a free-text slot: it needs text tokens and a ']'")
+        raise ValueError(
+            f"the vocabulary cannot write a free-text slot: it needs text tokens and a {kind.closing!r}"
+        )
     opening = inside | closes_text
     return SlotVocabulary(opening, opening | closes_bare, closes_text | closes_bare)
 
 
-def slot_vocabulary(tokenizer: Any) -> SlotVocabulary:
-    """The slot masks of ``tokenizer``'s vocabulary, each token decoded on its own."""
+def slot_vocabulary(tokenizer: Any, kind: SlotKind = COMMAND_SLOT) -> SlotVocabulary:
+    """The ``kind`` slot's masks over ``tokenizer``'s vocabulary, each token decoded on its own."""
     texts = tokenizer.batch_decode(
         [[i] for i in range(len(tokenizer))], skip_special_tokens=False, clean_up_tokenization_spaces=False
     )
     special = set(tokenizer.all_special_ids)
     special.update(i for i, token in tokenizer.added_tokens_decoder.items() if token.special)
-    return classify_slot_tokens(texts, special)
+    return classify_slot_tokens(texts, special, kind)
 
 
 @dataclass(frozen=True)
@@ -285,15 +337,8 @@ class ChoiceLogitsProcessor(LogitsProcessor):
 
 def reply_choices(info: Mapping[str, Any], response_format: str) -> list[str]:
     """The replies a constrained response to this prompt must be one of: those the env offers
-    whole (``info["admissible_replies"]``: a summary turn's facts, notes with a command), else
-    each admissible command as ``response_format`` gives it. A tool call's free-text argument
-    cannot be constrained yet: such a prompt is refused rather than sampled as its placeholder."""
-    if response_format == "tool_call" and any(split_slot(a) for a in info["admissible_actions"]):
-        slotted = next(a for a in info["admissible_actions"] if split_slot(a))
-        raise ValueError(
-            f"generation.constrained cannot constrain a tool call with a free-text argument ({slotted}) "
-            "yet: set generation.constrained: false, or env.response_format: plain or think_action"
-        )
+    whole (``info["admissible_replies"]``: a summary turn's facts, notes with a command, calls),
+    else each admissible command as ``response_format`` gives it."""
     if "admissible_replies" in info:
         return list(info["admissible_replies"])
     return [action_reply(command, response_format) for command in info["admissible_actions"]]
@@ -308,7 +353,7 @@ def _choice_regex(text: str) -> str:
     parts = split_slot(text)
     if parts is None:
         return _regex_escape(text)
-    return _regex_escape(parts[0]) + SLOT_REGEX + _regex_escape(parts[1])
+    return _regex_escape(parts.prefix) + parts.kind.text_regex + _regex_escape(parts.suffix)
 
 
 def choices_regex(texts: Sequence[str]) -> str:

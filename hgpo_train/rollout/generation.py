@@ -28,6 +28,7 @@ from hgpo_train.rollout.constrained import (
     Choices,
     ChoiceTrie,
     SlotChoice,
+    SlotKind,
     SlotVocabulary,
     choice_args,
     choices_regex,
@@ -60,6 +61,7 @@ class PromptEncoder:
         self.tokenizer = tokenizer
         self.end_id = end_token_id(tokenizer)
         self._choice_cache: dict[str, Choice] = {}
+        self._slot_vocabularies: dict[SlotKind, SlotVocabulary] = {}
 
     def prompt_ids(self, prompt: Prompt) -> list[int]:
         """The ids of ``prompt`` rendered by the chat template, ready for the reply: a text prompt
@@ -89,8 +91,8 @@ class PromptEncoder:
         parts = split_slot(text)
         if parts is None:
             return self._encode(text)
-        prefix, suffix = parts
-        return SlotChoice(self._encode(prefix), self._encode(suffix[1:]), self.slot_vocabulary)
+        suffix = parts.suffix.removeprefix(parts.kind.closing)  # the closing token writes it
+        return SlotChoice(self._encode(parts.prefix), self._encode(suffix), self.slot_vocabulary(parts.kind))
 
     def _encode(self, text: str) -> tuple[int, ...]:
         return tuple(self.tokenizer.encode(text, add_special_tokens=False))
@@ -101,10 +103,11 @@ class PromptEncoder:
         eos = self.tokenizer.eos_token_id
         return sorted({self.end_id} | ({eos} if eos is not None else set()))
 
-    @cached_property
-    def slot_vocabulary(self) -> SlotVocabulary:
-        """The tokenizer's slot masks, worked out on the first command with a slot."""
-        return slot_vocabulary(self.tokenizer)
+    def slot_vocabulary(self, kind: SlotKind) -> SlotVocabulary:
+        """The tokenizer's masks for a ``kind`` slot, worked out on the first reply with one."""
+        if kind not in self._slot_vocabularies:
+            self._slot_vocabularies[kind] = slot_vocabulary(self.tokenizer, kind)
+        return self._slot_vocabularies[kind]
 
     def decode(self, response_ids: Sequence[int]) -> str:
         return self.tokenizer.decode(response_ids, skip_special_tokens=True)
