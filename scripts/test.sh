@@ -17,6 +17,11 @@ BESIDE=(test_objective_cpu test_vllm_generator_cpu test_backend_cpu test_cluster
 SLURM=test_slurm_cpu # its time limit is set once its driver trains: a busy machine only slows it
 export HGPO_CI_REPORT=${HGPO_CI_REPORT:-$(mktemp -d -t hgpo-ci-XXXXXX)}
 unset PYTHONDONTWRITEBYTECODE # installs compile nothing: imports compile once and keep it (below)
+# One OpenMP thread per process: the two lines already keep both cores busy, and torch's two
+# intra-op threads spin-wait for each other whenever the other line holds a core (with one core
+# taken by a busy loop, two of the end-to-end tests took 52.6 CPU-seconds with torch's default
+# threads and 36.9 with one). Ray's workers get one thread each already.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 budget() { python3 scripts/ci_report.py "$HGPO_CI_REPORT"; }
 trap budget EXIT  # after a failure too
 

@@ -20,9 +20,11 @@ from conftest import REPO
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import hgpo_env  # noqa: F401  (registers the ids)
+from hgpo_env.prompting.calling import one_argument_tool
+from hgpo_env.prompting.tool_calls import ToolCall, parse_tool_call, write_call
 from hgpo_train.cli import main
 from hgpo_train.config import GenerationConfig
-from hgpo_train.rollout.constrained import choices_regex
+from hgpo_train.rollout.constrained import choices_regex, split_slot
 from hgpo_train.rollout.episodes import ChatPrompt
 from hgpo_train.rollout.generation import VLLMGenerator
 from hgpo_train.run.tracking import read_metrics
@@ -106,6 +108,32 @@ def test_constrained_decoding_with_choices_and_a_slot(generator: VLLMGenerator) 
         if not any("<" in command for command in allowed):  # sampled on the commands' own tokens
             assert tuple(gen.response_ids[:-1]) in generator.encoder.choices(allowed), gen.response_ids
             assert gen.choices is not None  # so trained constrained
+
+
+def test_a_tool_calls_free_text_argument_goes_through_structured_outputs(generator: VLLMGenerator) -> None:
+    """WebShop's search call, as a JSON call and as an XML call: vLLM's structured outputs take
+    each format's slot regex, so a response is the call up to the query, then text of the query's
+    alphabet, and a closed one is one well-formed search call (the warm model, trained on Rooms,
+    mostly writes until ``max_new_tokens``)."""
+    search = one_argument_tool("search", "Search the store.", "query", "The keywords.")
+    formats = ["hermes", "qwen_xml"] * 2 * len(PROMPTS)
+    calls = [write_call(ToolCall("search", {"query": "<your query>"}), f) for f in formats]
+    config = generator.config
+    generator.config = config.model_copy(update={"max_new_tokens": 96})  # room for the call around the query
+    try:
+        out = generator.generate(PROMPTS * 4, admissible=[[call] for call in calls])
+    finally:
+        generator.config = config
+    for gen, call, call_format in zip(out, calls, formats):
+        slot = split_slot(call)
+        if not gen.text.startswith(slot.prefix):  # cut before the query
+            assert slot.prefix.startswith(gen.text) and gen.response_ids[-1] != generator.encoder.end_id
+        elif gen.response_ids[-1] == generator.encoder.end_id:
+            assert re.fullmatch(choices_regex([call]), gen.text), gen.text
+            parsed = parse_tool_call(gen.text, [search], call_format)
+            assert parsed.status == "ok" and parsed.call.name == "search", gen.text
+        else:  # cut inside the query
+            assert slot.kind.holds(gen.text.removeprefix(slot.prefix)), gen.text
 
 
 def test_log_probs_match_hugging_face(generator: VLLMGenerator, hf: tuple) -> None:
