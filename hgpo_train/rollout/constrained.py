@@ -15,10 +15,10 @@ with ``"<your query>"`` as a JSON string (``hermes``, ``llama3``) or as an XML p
 then free text of at least one character, then the slot's closing character (``]``, ``"`` or a
 newline), the rest of the reply and the end token. The text never holds the closing character,
 a newline or ``]`` (the env's command would end there), nor what its kind could not hold
-unescaped (a backslash in JSON, ``<`` in XML). Which vocabulary tokens may write that text, and
-which close it (text then the closing character, or that character alone), is worked out once
-per tokenizer and kind (:class:`SlotVocabulary`); the text is only bounded by
-``generation.max_new_tokens``, where the response is cut (and the env rejects it).
+unescaped (a backslash or a control character in JSON, ``<`` in XML). Which vocabulary tokens
+may write that text, and which close it (text then the closing character, or that character
+alone), is worked out once per tokenizer and kind (:class:`SlotVocabulary`); the text is only
+bounded by ``generation.max_new_tokens``, where the response is cut (and the env rejects it).
 
 The trained policy is the constrained distribution: the update renormalises log-probabilities
 over the same allowed tokens (:func:`allowed_tokens` recomputes the sampler's sets, slot
