@@ -7,7 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from jinja2.exceptions import TemplateError
 from test_chat_prompts import play
+from test_tool_calls import SCROLL
 
 from hgpo_env.prompting.calling import ACT_TOOLS
 from hgpo_env.prompting.tool_calls import ToolCall, parse_tool_call, write_call
@@ -159,15 +161,13 @@ def test_qwen35_refuses_a_window_without_a_user_query_and_renders_every_window_o
         render(tokenizer, prompt, info)
         bare = [prompt[0], *(message for message in prompt if message["role"] != "user")]
         if len(bare) > 1:
-            with pytest.raises(Exception, match="No user query found"):
+            with pytest.raises(TemplateError, match="No user query found"):
                 render(tokenizer, bare, info)
 
 
 def test_qwen35_renders_false_as_jinja_does_and_it_parses_back_to_false():
     """Qwen3.5 writes a non-string argument with Jinja's ``string`` filter: ``false`` is rendered
     ``False``, and the parser reads it back as the schema's boolean."""
-    from test_tool_calls import SCROLL
-
     tokenizer = tokenizer_with((TEMPLATES / "qwen3.5.jinja").read_text())
     call = {"type": "function", "function": {"name": "scroll", "arguments": {"pages": 2, "down": False}}}
     messages = [
